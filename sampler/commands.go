@@ -1,0 +1,127 @@
+package sampler
+
+import "strconv"
+
+// Command says how one Redis command touches keys: whether it reads or writes them, and
+// where its keys sit among its arguments (args[0] is the command name itself).
+type Command struct {
+	// Op is OpRead or OpWrite.
+	Op Op
+	// Counter marks the INCR family on strings (INCR, INCRBY, DECR, DECRBY).
+	Counter bool
+	// First is the index of the first key; Last the index of the last key, negative
+	// counting from the end (-1 is the last argument); Step the distance between keys.
+	First, Last, Step int
+	// NumKeysAt, when > 0, is the index of an argument that holds the number of keys,
+	// which follow it (EVAL script numkeys key…).
+	NumKeysAt int
+}
+
+// KeyRange returns the indexes into args of this command's keys: first ≤ i ≤ last, in
+// steps of step. ok is false when args has no key (too short, bad numkeys).
+func (c Command) KeyRange(args [][]byte) (first, last, step int, ok bool) {
+	n := len(args)
+	if c.NumKeysAt > 0 {
+		if c.NumKeysAt >= n {
+			return 0, 0, 0, false
+		}
+		k, err := strconv.Atoi(string(args[c.NumKeysAt]))
+		if err != nil || k <= 0 || c.NumKeysAt+k >= n {
+			return 0, 0, 0, false
+		}
+		return c.NumKeysAt + 1, c.NumKeysAt + k, 1, true
+	}
+	first, last, step = c.First, c.Last, c.Step
+	if last < 0 {
+		last = n + last
+	}
+	if first <= 0 || first >= n || last < first || last >= n || step <= 0 {
+		return 0, 0, 0, false
+	}
+	return first, last, step, true
+}
+
+// maxCommandName bounds the command names LookupCommand considers.
+const maxCommandName = 24
+
+// LookupCommand finds a command by name, in any case, without allocating.
+func LookupCommand(name []byte) (Command, bool) {
+	if len(name) == 0 || len(name) > maxCommandName {
+		return Command{}, false
+	}
+	var buf [maxCommandName]byte
+	for i, c := range name {
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	c, ok := commands[string(buf[:len(name)])]
+	return c, ok
+}
+
+func rd(first, last, step int) Command { return Command{Op: OpRead, First: first, Last: last, Step: step} }
+func wr(first, last, step int) Command { return Command{Op: OpWrite, First: first, Last: last, Step: step} }
+
+var (
+	one      = rd(1, 1, 1)  // a read of the key in args[1]
+	all      = rd(1, -1, 1) // a read of every argument
+	wone     = wr(1, 1, 1)
+	wall     = wr(1, -1, 1)
+	wtwo     = wr(1, 2, 1)
+	counter  = Command{Op: OpWrite, Counter: true, First: 1, Last: 1, Step: 1}
+	blocking = wr(1, -2, 1) // BLPOP k1 k2 timeout
+	script   = Command{Op: OpWrite, NumKeysAt: 2}
+)
+
+// commands is the command table. Commands without keys (PING, INFO, AUTH, SELECT, …) are
+// absent: a source samples nothing for them.
+var commands = map[string]Command{
+	// strings
+	"GET": one, "MGET": all, "STRLEN": one, "GETRANGE": one, "SUBSTR": one, "GETBIT": one,
+	"BITCOUNT": one, "BITPOS": one, "LCS": rd(1, 2, 1),
+	"SET": wone, "SETNX": wone, "SETEX": wone, "PSETEX": wone, "GETSET": wone, "GETDEL": wone,
+	"GETEX": wone, "MSET": wr(1, -1, 2), "MSETNX": wr(1, -1, 2), "APPEND": wone,
+	"SETRANGE": wone, "SETBIT": wone, "BITFIELD": wone, "BITOP": wr(2, -1, 1),
+	"INCR": counter, "INCRBY": counter, "DECR": counter, "DECRBY": counter,
+	"INCRBYFLOAT": wone,
+	// generic
+	"EXISTS": all, "TYPE": one, "TTL": one, "PTTL": one, "EXPIRETIME": one,
+	"PEXPIRETIME": one, "TOUCH": all, "DUMP": one,
+	"DEL": wall, "UNLINK": wall, "EXPIRE": wone, "PEXPIRE": wone, "EXPIREAT": wone,
+	"PEXPIREAT": wone, "PERSIST": wone, "RENAME": wtwo, "RENAMENX": wtwo, "COPY": wtwo,
+	"RESTORE": wone,
+	// hashes
+	"HGET": one, "HMGET": one, "HGETALL": one, "HKEYS": one, "HVALS": one, "HLEN": one,
+	"HEXISTS": one, "HSTRLEN": one, "HRANDFIELD": one, "HSCAN": one, "HTTL": one,
+	"HSET": wone, "HSETNX": wone, "HMSET": wone, "HDEL": wone, "HINCRBY": wone,
+	"HINCRBYFLOAT": wone, "HGETDEL": wone, "HGETEX": wone, "HSETEX": wone,
+	"HEXPIRE": wone, "HPERSIST": wone,
+	// lists
+	"LRANGE": one, "LINDEX": one, "LLEN": one, "LPOS": one,
+	"LPUSH": wone, "RPUSH": wone, "LPUSHX": wone, "RPUSHX": wone, "LPOP": wone,
+	"RPOP": wone, "LSET": wone, "LREM": wone, "LTRIM": wone, "LINSERT": wone,
+	"LMOVE": wtwo, "RPOPLPUSH": wtwo, "BLMOVE": wtwo, "BRPOPLPUSH": wtwo,
+	"BLPOP": blocking, "BRPOP": blocking,
+	// sets
+	"SCARD": one, "SISMEMBER": one, "SMISMEMBER": one, "SMEMBERS": one,
+	"SRANDMEMBER": one, "SSCAN": one, "SUNION": all, "SINTER": all, "SDIFF": all,
+	"SADD": wone, "SREM": wone, "SPOP": wone, "SMOVE": wtwo, "SUNIONSTORE": wall,
+	"SINTERSTORE": wall, "SDIFFSTORE": wall,
+	// sorted sets
+	"ZRANGE": one, "ZRANGEBYSCORE": one, "ZRANGEBYLEX": one, "ZREVRANGE": one,
+	"ZREVRANGEBYSCORE": one, "ZREVRANGEBYLEX": one, "ZSCORE": one, "ZMSCORE": one,
+	"ZRANK": one, "ZREVRANK": one, "ZCARD": one, "ZCOUNT": one, "ZLEXCOUNT": one,
+	"ZRANDMEMBER": one, "ZSCAN": one,
+	"ZADD": wone, "ZREM": wone, "ZINCRBY": wone, "ZPOPMIN": wone, "ZPOPMAX": wone,
+	"ZREMRANGEBYSCORE": wone, "ZREMRANGEBYRANK": wone, "ZREMRANGEBYLEX": wone,
+	"BZPOPMIN": blocking, "BZPOPMAX": blocking, "ZRANGESTORE": wtwo,
+	// streams, HyperLogLog, geo
+	"XRANGE": one, "XREVRANGE": one, "XLEN": one, "XADD": wone, "XDEL": wone, "XTRIM": wone,
+	"PFCOUNT": all, "PFADD": wone, "PFMERGE": wall,
+	"GEOPOS": one, "GEODIST": one, "GEOHASH": one, "GEOSEARCH": one, "GEORADIUS_RO": one,
+	"GEOADD": wone,
+	// scripts and functions: keys follow numkeys
+	"EVAL": script, "EVALSHA": script, "EVAL_RO": script, "EVALSHA_RO": script,
+	"FCALL": script, "FCALL_RO": script,
+}
