@@ -1,0 +1,330 @@
+package detector
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/axiomhq/hyperloglog"
+	"github.com/cespare/xxhash/v2"
+	"github.com/hotkeyd/hotkeyd/sketch"
+	"github.com/hotkeyd/hotkeyd/topk"
+)
+
+// Options configure a Detector. The zero value is the default: a 1 s window of 10 ticks,
+// 16,384 × 4 counters per sketch split over 4 shards, top 100 keys.
+type Options struct {
+	// Width is the number of counters per sketch row, over all shards (each shard gets
+	// Width/Shards). A power of two in [64×Shards, 2^24]. Default: 16384.
+	Width int
+	// Depth is the number of sketch rows, in [1, 16]. Default: 4.
+	Depth int
+	// Tick is the granularity of the sliding window, at least 1 ms. Default: 100 ms.
+	Tick time.Duration
+	// Ticks is the number of ticks in the window, in [1, 1024]. Default: 10.
+	Ticks int
+	// K is the number of keys each ranking keeps, in [1, 65536]. Default: 100.
+	K int
+	// Shards is the number of independent shards, a power of two in [1, 256]. Default: 4.
+	Shards int
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Width == 0 {
+		o.Width = sketch.DefaultWidth
+	}
+	if o.Depth == 0 {
+		o.Depth = sketch.DefaultDepth
+	}
+	if o.Tick == 0 {
+		o.Tick = 100 * time.Millisecond
+	}
+	if o.Ticks == 0 {
+		o.Ticks = sketch.DefaultTicks
+	}
+	if o.K == 0 {
+		o.K = topk.DefaultK
+	}
+	if o.Shards == 0 {
+		o.Shards = 4
+	}
+	if o.Shards < 1 || o.Shards > 256 || o.Shards&(o.Shards-1) != 0 {
+		return o, fmt.Errorf("detector: shards %d: must be a power of two in [1, 256]", o.Shards)
+	}
+	if o.Tick < time.Millisecond {
+		return o, fmt.Errorf("detector: tick %v: must be at least 1ms", o.Tick)
+	}
+	if o.Width&(o.Width-1) != 0 || o.Width/o.Shards < sketch.MinWidth || o.Width > sketch.MaxWidth {
+		return o, fmt.Errorf("detector: width %d: must be a power of two in [%d × shards (%d), %d]", o.Width, sketch.MinWidth, o.Shards, sketch.MaxWidth)
+	}
+	return o, nil
+}
+
+// Window returns the span of the sliding window.
+func (o Options) Window() time.Duration { return o.Tick * time.Duration(o.Ticks) }
+
+// Flags describe a key beyond its counts.
+const (
+	// FlagCounter marks a key written with the INCR family.
+	FlagCounter uint8 = 1 << iota
+)
+
+// Rankings.
+const (
+	All = iota
+	Reads
+	Writes
+	numRankings
+)
+
+// Detector counts keys over a sliding window. See the package doc.
+type Detector struct {
+	opts   Options
+	shards []shard
+	shift  uint // shard of hash h: h >> shift
+
+	mu        sync.Mutex // guards start and tickStart
+	start     time.Time  // the first Advance; zero until then
+	tickStart time.Time  // when the current tick began
+}
+
+type shard struct {
+	mu       sync.Mutex        // guards every field below
+	counts   [2]*sketch.Window // reads, writes
+	rank     [numRankings]*topk.TopK
+	distinct *sketch.Distinct
+	totals   [][2]uint64 // per tick: reads, writes (weighted)
+	cur      int         // current tick in totals
+	_        [64]byte    // keep neighbouring shards' locks off one cache line
+}
+
+// New returns an empty Detector.
+func New(o Options) (*Detector, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d := &Detector{opts: o, shards: make([]shard, o.Shards), shift: uint(64 - bits.TrailingZeros(uint(o.Shards)))}
+	wo := sketch.WindowOptions{Options: sketch.Options{Width: o.Width / o.Shards, Depth: o.Depth}, Ticks: o.Ticks}
+	for i := range d.shards {
+		s := &d.shards[i]
+		for j := range s.counts {
+			if s.counts[j], err = sketch.NewWindow(wo); err != nil {
+				return nil, fmt.Errorf("detector: %w", err)
+			}
+		}
+		for j := range s.rank {
+			if s.rank[j], err = topk.New(topk.Options{K: o.K}); err != nil {
+				return nil, fmt.Errorf("detector: %w", err)
+			}
+		}
+		if s.distinct, err = sketch.NewDistinct(o.Ticks); err != nil {
+			return nil, fmt.Errorf("detector: %w", err)
+		}
+		s.totals = make([][2]uint64, o.Ticks)
+	}
+	return d, nil
+}
+
+// Options returns the options in force, defaults filled in.
+func (d *Detector) Options() Options { return d.opts }
+
+// Hash is the key hash the detector uses (xxHash64), exported so that other agents and
+// tools agree on it.
+func Hash(key []byte) uint64 { return xxhash.Sum64(key) }
+
+// Add counts n requests (already scaled to full traffic) on key, a write when write is
+// true. flags are kept with the key while it is ranked. key is copied only if it enters a
+// ranking.
+func (d *Detector) Add(key []byte, write bool, flags uint8, n uint32) {
+	h := xxhash.Sum64(key)
+	s := &d.shards[h>>d.shift&uint64(len(d.shards)-1)]
+	s.mu.Lock()
+	s.add(h, key, write, flags, n)
+	s.mu.Unlock()
+}
+
+func (s *shard) add(h uint64, key []byte, write bool, flags uint8, n uint32) {
+	op, other, rank := 0, 1, Reads
+	if write {
+		op, other, rank = 1, 0, Writes
+	}
+	mine := uint64(s.counts[op].Add(h, n))
+	theirs := uint64(s.counts[other].Estimate(h))
+	s.rank[rank].Offer(h, key, mine, flags)
+	s.rank[All].Offer(h, key, mine+theirs, flags)
+	s.distinct.Insert(h)
+	s.totals[s.cur][op] += uint64(n)
+}
+
+// Advance moves the window to now: every tick boundary passed since the last call starts a
+// new tick (at most Ticks of them), and the rankings are re-estimated. The first call
+// starts the clock. Call it at least once a tick.
+func (d *Detector) Advance(now time.Time) {
+	d.mu.Lock()
+	if d.start.IsZero() {
+		d.start, d.tickStart = now, now
+	}
+	n := 0
+	if el := now.Sub(d.tickStart); el >= d.opts.Tick {
+		steps := el / d.opts.Tick
+		d.tickStart = d.tickStart.Add(steps * d.opts.Tick)
+		n = int(min(steps, time.Duration(d.opts.Ticks)))
+	}
+	d.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	for i := range d.shards {
+		s := &d.shards[i]
+		s.mu.Lock()
+		for range n {
+			s.advance()
+		}
+		s.refresh()
+		s.mu.Unlock()
+	}
+}
+
+func (s *shard) advance() {
+	for _, w := range s.counts {
+		w.Advance()
+	}
+	s.distinct.Advance()
+	s.cur = (s.cur + 1) % len(s.totals)
+	s.totals[s.cur] = [2]uint64{}
+}
+
+func (s *shard) refresh() {
+	r, w := s.counts[0], s.counts[1]
+	s.rank[Reads].Refresh(func(h uint64) uint64 { return uint64(r.Estimate(h)) })
+	s.rank[Writes].Refresh(func(h uint64) uint64 { return uint64(w.Estimate(h)) })
+	s.rank[All].Refresh(func(h uint64) uint64 { return uint64(r.Estimate(h)) + uint64(w.Estimate(h)) })
+}
+
+// Key is a ranked key with its estimated counts over the window.
+type Key struct {
+	Key    string
+	Hash   uint64
+	Reads  uint64 // estimated reads over the window (full traffic)
+	Writes uint64 // estimated writes over the window
+	Flags  uint8
+}
+
+// Count returns the count the ranking orders by.
+func (k Key) Count(ranking int) uint64 {
+	switch ranking {
+	case Reads:
+		return k.Reads
+	case Writes:
+		return k.Writes
+	}
+	return k.Reads + k.Writes
+}
+
+// Snapshot is the state of the window at one moment.
+type Snapshot struct {
+	At       time.Time
+	Covered  time.Duration // the span of traffic the counts cover (≤ the window)
+	Reads    uint64        // total reads in the window (exact sum of what was added)
+	Writes   uint64        // total writes in the window
+	Distinct uint64        // estimated distinct keys in the window
+	Keys     []Key         // the ranking's keys, heaviest first
+}
+
+// Rate returns count per second over the covered span.
+func (s *Snapshot) Rate(count uint64) float64 {
+	if s.Covered <= 0 {
+		return 0
+	}
+	return float64(count) / s.Covered.Seconds()
+}
+
+// Snapshot returns the top n keys (n ≤ 0: all K) of a ranking (All, Reads or Writes) with
+// their read and write estimates, the totals and the distinct count. Each shard is locked
+// only while its entries are copied.
+func (d *Detector) Snapshot(now time.Time, ranking, n int) Snapshot {
+	if ranking < 0 || ranking >= numRankings {
+		ranking = All
+	}
+	snap := Snapshot{At: now, Covered: d.covered(now)}
+	hll := hyperloglog.NewNoSparse()
+	var entries []topk.Entry
+	for i := range d.shards {
+		s := &d.shards[i]
+		s.mu.Lock()
+		entries = s.rank[ranking].AppendEntries(entries[:0])
+		for _, e := range entries {
+			snap.Keys = append(snap.Keys, Key{
+				Key:    e.Key,
+				Hash:   e.Hash,
+				Reads:  uint64(s.counts[0].Estimate(e.Hash)),
+				Writes: uint64(s.counts[1].Estimate(e.Hash)),
+				Flags:  e.Flags,
+			})
+		}
+		for _, t := range s.totals {
+			snap.Reads += t[0]
+			snap.Writes += t[1]
+		}
+		_ = s.distinct.MergeInto(hll) // same precision everywhere: cannot fail
+		s.mu.Unlock()
+	}
+	snap.Distinct = hll.Estimate()
+	slices.SortFunc(snap.Keys, func(a, b Key) int {
+		ca, cb := a.Count(ranking), b.Count(ranking)
+		switch {
+		case ca > cb:
+			return -1
+		case ca < cb:
+			return 1
+		}
+		if a.Key < b.Key {
+			return -1
+		}
+		return 1
+	})
+	if n <= 0 {
+		n = d.opts.K
+	}
+	if len(snap.Keys) > n {
+		snap.Keys = snap.Keys[:n]
+	}
+	return snap
+}
+
+// Estimate returns the estimated reads and writes of one key over the window, ranked or not.
+func (d *Detector) Estimate(key []byte) (reads, writes uint64) {
+	h := xxhash.Sum64(key)
+	s := &d.shards[h>>d.shift&uint64(len(d.shards)-1)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return uint64(s.counts[0].Estimate(h)), uint64(s.counts[1].Estimate(h))
+}
+
+// covered returns the span of traffic the window holds at now: the full ticks before the
+// current one plus the current one so far, no more than since the first Advance, and at
+// least one tick so that rates right after a start are not inflated.
+func (d *Detector) covered(now time.Time) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.start.IsZero() {
+		return d.opts.Tick
+	}
+	c := time.Duration(d.opts.Ticks-1)*d.opts.Tick + now.Sub(d.tickStart)
+	c = min(c, now.Sub(d.start), d.opts.Window())
+	return max(c, d.opts.Tick)
+}
+
+// SizeBytes returns the memory of the sketches and distinct counters, which the options
+// fix: it does not grow with the key space.
+func (d *Detector) SizeBytes() int {
+	n := 0
+	for i := range d.shards {
+		s := &d.shards[i]
+		n += s.counts[0].SizeBytes() + s.counts[1].SizeBytes() + d.opts.Ticks*(1<<14)
+	}
+	return n
+}

@@ -1,0 +1,87 @@
+package detector
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/internal/dataset"
+)
+
+var sink uint64
+
+func benchKeys(b *testing.B) [][]byte {
+	b.Helper()
+	tr, err := dataset.Load("war_and_peace.txt")
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([][]byte, len(tr.Keys))
+	for i, k := range tr.Keys {
+		keys[i] = []byte(k)
+	}
+	return keys
+}
+
+// BenchmarkUpdate is the per-sample core: sketch update, estimate of the other op, two
+// top-k offers and a distinct insert, on pre-hashed keys, single-threaded, no lock.
+func BenchmarkUpdate(b *testing.B) {
+	keys := benchKeys(b)
+	hashes := make([]uint64, len(keys))
+	for i, k := range keys {
+		hashes[i] = Hash(k)
+	}
+	d, _ := New(Options{Shards: 1})
+	s := &d.shards[0]
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		j := i % len(keys)
+		s.add(hashes[j], keys[j], i&7 == 0, 0, 1)
+	}
+	sink += s.totals[s.cur][0]
+}
+
+// BenchmarkAdd is Detector.Add: hashing, shard lock and the core update.
+func BenchmarkAdd(b *testing.B) {
+	keys := benchKeys(b)
+	d, _ := New(Options{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d.Add(keys[i%len(keys)], i&7 == 0, 0, 1)
+	}
+}
+
+// BenchmarkNaiveMap is the baseline: exact counting in a map (memory grows with the key
+// space, and a window would need one map a tick).
+func BenchmarkNaiveMap(b *testing.B) {
+	keys := benchKeys(b)
+	counts := make(map[string]uint64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		counts[string(keys[i%len(keys)])]++
+	}
+	sink += uint64(len(counts))
+}
+
+// BenchmarkAddParallel is Detector.Add from GOMAXPROCS goroutines over sharded locks,
+// with the window advancing every tick as in the agent.
+func BenchmarkAddParallel(b *testing.B) {
+	keys := benchKeys(b)
+	d, _ := New(Options{})
+	start := time.Now()
+	d.Advance(start)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			d.Add(keys[i%len(keys)], i&7 == 0, 0, 1)
+			i += 7919
+			if i%1_000_003 == 0 {
+				d.Advance(time.Now())
+			}
+		}
+	})
+}
