@@ -15,8 +15,8 @@ var oneMiB = sketch.Options{Width: 1 << 16, Depth: 4}
 
 type score struct {
 	recall10, precision10, recall100, precision100 float64
-	maxErr10, maxErr100                           float64 // relative over-estimate of true top keys
-	missedOver1pct                                int     // keys above 1 % of traffic not reported
+	maxErr10, maxErr100                            float64 // relative over-estimate of true top keys
+	missedOver1pct                                 int     // keys above 1 % of traffic not reported
 }
 
 // run feeds the trace, sampling each request with probability p (seeded) and weighting a
