@@ -211,6 +211,9 @@ type Key struct {
 	Reads  uint64 // estimated reads over the window (full traffic)
 	Writes uint64 // estimated writes over the window
 	Flags  uint8
+	// TickReads and TickWrites are the estimates for the current tick alone (see
+	// Snapshot.TickSpan): a sharper, noisier view of the key's rate right now.
+	TickReads, TickWrites uint64
 }
 
 // Count returns the count the ranking orders by.
@@ -232,6 +235,7 @@ type Snapshot struct {
 	Writes   uint64        // total writes in the window
 	Distinct uint64        // estimated distinct keys in the window
 	Keys     []Key         // the ranking's keys, heaviest first
+	TickSpan time.Duration // how much of the current tick has passed
 }
 
 // Rate returns count per second over the covered span.
@@ -249,7 +253,8 @@ func (d *Detector) Snapshot(now time.Time, ranking, n int) Snapshot {
 	if ranking < 0 || ranking >= numRankings {
 		ranking = All
 	}
-	snap := Snapshot{At: now, Covered: d.covered(now)}
+	snap := Snapshot{At: now}
+	snap.Covered, snap.TickSpan = d.covered(now)
 	hll := hyperloglog.NewNoSparse()
 	var entries []topk.Entry
 	for i := range d.shards {
@@ -263,6 +268,9 @@ func (d *Detector) Snapshot(now time.Time, ranking, n int) Snapshot {
 				Reads:  uint64(s.counts[0].Estimate(e.Hash)),
 				Writes: uint64(s.counts[1].Estimate(e.Hash)),
 				Flags:  e.Flags,
+
+				TickReads:  uint64(s.counts[0].EstimateTick(e.Hash)),
+				TickWrites: uint64(s.counts[1].EstimateTick(e.Hash)),
 			})
 		}
 		for _, t := range s.totals {
@@ -306,16 +314,18 @@ func (d *Detector) Estimate(key []byte) (reads, writes uint64) {
 
 // covered returns the span of traffic the window holds at now: the full ticks before the
 // current one plus the current one so far, no more than since the first Advance, and at
-// least one tick so that rates right after a start are not inflated.
-func (d *Detector) covered(now time.Time) time.Duration {
+// least one tick so that rates right after a start are not inflated; and how much of the
+// current tick has passed.
+func (d *Detector) covered(now time.Time) (window, tick time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.start.IsZero() {
-		return d.opts.Tick
+		return d.opts.Tick, d.opts.Tick
 	}
-	c := time.Duration(d.opts.Ticks-1)*d.opts.Tick + now.Sub(d.tickStart)
-	c = min(c, now.Sub(d.start), d.opts.Window())
-	return max(c, d.opts.Tick)
+	tick = min(max(now.Sub(d.tickStart), 0), d.opts.Tick)
+	window = time.Duration(d.opts.Ticks-1)*d.opts.Tick + tick
+	window = min(window, now.Sub(d.start), d.opts.Window())
+	return max(window, d.opts.Tick), tick
 }
 
 // SizeBytes returns the memory of the sketches and distinct counters, which the options

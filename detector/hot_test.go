@@ -1,0 +1,148 @@
+package detector
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// snap builds a one-second snapshot holding one key with the given read and write rates,
+// in total traffic of total requests per second.
+func snap(at time.Time, key string, reads, writes, total uint64) *Snapshot {
+	return &Snapshot{
+		At: at, Covered: time.Second, Reads: total, TickSpan: 100 * time.Millisecond,
+		Keys: []Key{{Key: key, Reads: reads, Writes: writes, TickReads: reads / 10, TickWrites: writes / 10}},
+	}
+}
+
+func TestRulesValidate(t *testing.T) {
+	tests := []struct {
+		mod func(*Rules)
+		err string
+	}{
+		{func(r *Rules) { r.Read.Rate = -1 }, "read rate -1"},
+		{func(r *Rules) { r.Write.Share = 1.5 }, "write share 1.5"},
+		{func(r *Rules) { r.CoolRatio = 1 }, "cool ratio 1"},
+		{func(r *Rules) { r.CoolTicks = 0 }, "cool ticks 0"},
+		{func(r *Rules) { r.Overrides = []Override{{Pattern: "a*b*"}} }, `pattern "a*b*"`},
+		{func(r *Rules) { r.Overrides = []Override{{Pattern: ""}} }, `pattern ""`},
+		{func(r *Rules) { r.Overrides = []Override{{Pattern: "x", Read: Threshold{Rate: -5}}} }, `override "x" read rate -5`},
+	}
+	for _, tt := range tests {
+		r := DefaultRules()
+		tt.mod(&r)
+		if _, err := NewTracker(r); err == nil || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("error %v; want one containing %q", err, tt.err)
+		}
+	}
+}
+
+func TestThresholds(t *testing.T) {
+	r := DefaultRules()
+	r.Overrides = []Override{
+		{Pattern: "score:*", Read: Threshold{Rate: 5000}},
+		{Pattern: "score:final*", Read: Threshold{Rate: 20000}, Write: Threshold{Share: 0.5}},
+		{Pattern: "cfg", Write: Threshold{Rate: 1}},
+	}
+	tests := []struct {
+		key         string
+		read, write Threshold
+	}{
+		{"user:1", Threshold{1000, 0.05}, Threshold{500, 0.05}},
+		{"score:match42", Threshold{5000, 0.05}, Threshold{500, 0.05}},
+		{"score:final", Threshold{20000, 0.05}, Threshold{500, 0.5}},
+		{"cfg", Threshold{1000, 0.05}, Threshold{1, 0.05}},
+		{"cfg2", Threshold{1000, 0.05}, Threshold{500, 0.05}},
+	}
+	for _, tt := range tests {
+		rd, wr := r.thresholds(tt.key)
+		if rd != tt.read || wr != tt.write {
+			t.Errorf("%s: read %+v write %+v; want %+v %+v", tt.key, rd, wr, tt.read, tt.write)
+		}
+	}
+}
+
+func TestHotByRateAndShare(t *testing.T) {
+	tests := []struct {
+		name                 string
+		reads, writes, total uint64
+		hot                  bool
+	}{
+		{"reads at the rate", 1000, 0, 100_000, true},
+		{"reads below rate and share", 999, 0, 100_000, false},
+		{"writes at the rate", 0, 500, 100_000, true},
+		{"share over 5%", 600, 0, 10_000, true},
+		{"share over 5% but below the minimum rate", 90, 0, 1_000, false},
+		{"write share", 0, 300, 5_000, true},
+	}
+	for _, tt := range tests {
+		tr, _ := NewTracker(DefaultRules())
+		levels, changes := tr.Update(snap(t0, "k", tt.reads, tt.writes, tt.total))
+		if levels[0].Hot != tt.hot || (len(changes) == 1) != tt.hot {
+			t.Errorf("%s: hot %v, changes %v; want hot %v", tt.name, levels[0].Hot, changes, tt.hot)
+		}
+	}
+}
+
+// TestNoFlapping drives a key around its threshold: it turns hot once, stays hot while it
+// hovers above the cool line, and cools only after CoolTicks evaluations below it.
+func TestNoFlapping(t *testing.T) {
+	tr, _ := NewTracker(DefaultRules())
+	at := t0
+	var changes []Change
+	eval := func(reads uint64) {
+		at = at.Add(100 * time.Millisecond)
+		_, c := tr.Update(snap(at, "k", reads, 0, 1e6))
+		changes = append(changes, c...)
+	}
+	for i := 0; i < 50; i++ { // around the threshold: 1,050, 950, 1,050 …
+		eval(uint64(1000 + 50*(1-2*(i%2))))
+	}
+	for i := 0; i < 50; i++ { // between the cool line (700) and the threshold
+		eval(750)
+	}
+	if len(changes) != 1 || !changes[0].Hot {
+		t.Fatalf("changes while hovering: %+v; want one, to hot", changes)
+	}
+	for i := 0; i < 9; i++ {
+		eval(600)
+	}
+	if len(changes) != 1 {
+		t.Fatalf("cooled after 9 evaluations below the line; want 10")
+	}
+	eval(800) // back above the cool line resets the count
+	for i := 0; i < 9; i++ {
+		eval(600)
+	}
+	if len(changes) != 1 {
+		t.Fatalf("cooled although the run below the line was broken")
+	}
+	eval(600)
+	if len(changes) != 2 || changes[1].Hot {
+		t.Fatalf("changes %+v; want a second one, to cool", changes)
+	}
+	if tr.Hot() != 0 {
+		t.Errorf("%d hot keys after cooling; want 0", tr.Hot())
+	}
+}
+
+func TestDelayAndForget(t *testing.T) {
+	tr, _ := NewTracker(DefaultRules())
+	// The tick is over the threshold (2,000/s) before the window is (200 in the window).
+	s := snap(t0, "flash", 200, 0, 1e6)
+	s.Keys[0].TickReads = 200
+	if _, c := tr.Update(s); len(c) != 0 {
+		t.Fatalf("hot on the tick alone: %v", c)
+	}
+	_, c := tr.Update(snap(t0.Add(200*time.Millisecond), "flash", 1500, 0, 1e6))
+	if len(c) != 1 || c[0].Delay != 200*time.Millisecond {
+		t.Fatalf("changes %+v; want flash hot with a 200ms delay", c)
+	}
+	// The key leaves the ranking: it cools after CoolTicks evaluations, then is forgotten.
+	for i := 0; i < 10; i++ {
+		tr.Update(&Snapshot{At: t0.Add(time.Duration(i+3) * 100 * time.Millisecond), Covered: time.Second})
+	}
+	if len(tr.states) != 0 {
+		t.Errorf("%d states kept after the key left and cooled; want 0", len(tr.states))
+	}
+}
