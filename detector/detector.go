@@ -254,7 +254,7 @@ func (d *Detector) Snapshot(now time.Time, ranking, n int) Snapshot {
 		ranking = All
 	}
 	snap := Snapshot{At: now}
-	snap.Covered, snap.TickSpan = d.covered(now)
+	snap.Covered, snap.TickSpan = d.Covered(now)
 	hll := hyperloglog.NewNoSparse()
 	var entries []topk.Entry
 	for i := range d.shards {
@@ -312,11 +312,11 @@ func (d *Detector) Estimate(key []byte) (reads, writes uint64) {
 	return uint64(s.counts[0].Estimate(h)), uint64(s.counts[1].Estimate(h))
 }
 
-// covered returns the span of traffic the window holds at now: the full ticks before the
+// Covered returns the span of traffic the window holds at now: the full ticks before the
 // current one plus the current one so far, no more than since the first Advance, and at
 // least one tick so that rates right after a start are not inflated; and how much of the
 // current tick has passed.
-func (d *Detector) covered(now time.Time) (window, tick time.Duration) {
+func (d *Detector) Covered(now time.Time) (window, tick time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.start.IsZero() {

@@ -113,10 +113,10 @@ func TestWindowSlides(t *testing.T) {
 func TestCoveredAtStart(t *testing.T) {
 	d, _ := New(Options{})
 	d.Advance(t0)
-	if c, tick := d.covered(t0.Add(20 * time.Millisecond)); c != 100*time.Millisecond || tick != 20*time.Millisecond {
+	if c, tick := d.Covered(t0.Add(20 * time.Millisecond)); c != 100*time.Millisecond || tick != 20*time.Millisecond {
 		t.Errorf("20 ms after start: covered %v, tick %v; want one tick, 100ms, and 20ms", c, tick)
 	}
-	if c, _ := d.covered(t0.Add(450 * time.Millisecond)); c != 450*time.Millisecond {
+	if c, _ := d.Covered(t0.Add(450 * time.Millisecond)); c != 450*time.Millisecond {
 		t.Errorf("450 ms after start: covered %v; want 450ms", c)
 	}
 }

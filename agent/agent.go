@@ -1,0 +1,289 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/sampler"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configure an Agent. The zero value runs detection with defaults and no network
+// listener; cmd/hotkeyd fills these from config.
+type Options struct {
+	// Detector shapes the sketches and the window. Default: detector's defaults.
+	Detector detector.Options
+	// Rules decide when a key is hot. Default: detector.DefaultRules().
+	Rules *detector.Rules
+	// HTTPListen is the API's TCP address ("127.0.0.1:9736"); empty: no HTTP server.
+	HTTPListen string
+	// UDPListen is the address for report datagrams; empty: no UDP listener.
+	UDPListen string
+	// UDPReaders is the number of UDP reader goroutines. Default: GOMAXPROCS.
+	UDPReaders int
+	// AuthToken, when set, is required as "Authorization: Bearer TOKEN" on mutating
+	// endpoints and in UDP reports. Default: none.
+	AuthToken string
+	// MaxKeyBytes truncates longer keys (and marks them truncated). Default: 512.
+	MaxKeyBytes int
+	// MaxBodyBytes bounds a POST /v1/samples body. Default: 1 MiB.
+	MaxBodyBytes int64
+	// MaxSamplesPerReport bounds the samples of one report. Default: 10,000.
+	MaxSamplesPerReport int
+	// HashKeys replaces key names by a short hash in the API and in metrics.
+	HashKeys bool
+	// History is how many one-second points of rate history a key keeps. Default: 60.
+	History int
+	// Sources are extra sample sources (the proxy tap, MONITOR), started by Run and
+	// closed when it ends. They must send their samples to the agent (Sink).
+	Sources []Source
+	// Registry receives the agent's metrics. Default: a new registry (see Registry).
+	Registry *prometheus.Registry
+	// Logger receives structured logs. Default: slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+// Source is a sample source that runs until its context ends or it is closed.
+type Source interface {
+	Serve(ctx context.Context) error
+	Close() error
+}
+
+// Agent is the hotkeyd service. See the package doc.
+type Agent struct {
+	opts     Options
+	det      *detector.Detector
+	tracker  *detector.Tracker // owned by the evaluation loop
+	metrics  *metrics
+	log      *slog.Logger
+	now      func() time.Time
+	udp      *sampler.UDPServer
+	http     *http.Server
+	httpLn   net.Listener
+	view     atomic.Pointer[view]
+	history  *histories // owned by the evaluation loop; read through view
+	ready    atomic.Bool
+	lastEval atomic.Int64 // unix nanoseconds of the last evaluation
+
+	closeOnce sync.Once
+}
+
+// New validates the options, builds the detector and binds the listeners, so that their
+// addresses are known before Run.
+func New(o Options) (*Agent, error) {
+	if o.Rules == nil {
+		r := detector.DefaultRules()
+		o.Rules = &r
+	}
+	if o.MaxKeyBytes == 0 {
+		o.MaxKeyBytes = 512
+	}
+	if o.MaxKeyBytes < 1 {
+		return nil, fmt.Errorf("agent: max key bytes %d: must be ≥ 1", o.MaxKeyBytes)
+	}
+	if o.History == 0 {
+		o.History = 60
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	det, err := detector.New(o.Detector)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	tr, err := detector.NewTracker(*o.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a := &Agent{opts: o, det: det, tracker: tr, log: o.Logger, now: o.Now, history: newHistories(o.History)}
+	a.opts.Detector = det.Options()
+	a.view.Store(&view{})
+	if a.metrics, err = newMetrics(a, o.Registry); err != nil {
+		return nil, err
+	}
+	if o.UDPListen != "" {
+		a.udp, err = sampler.NewUDPServer(sampler.UDPOptions{Listen: o.UDPListen, Readers: o.UDPReaders, Token: o.AuthToken, Sink: a})
+		if err != nil {
+			return nil, fmt.Errorf("agent: udp: %w", err)
+		}
+	}
+	if o.HTTPListen != "" {
+		if a.httpLn, err = net.Listen("tcp", o.HTTPListen); err != nil {
+			a.closeListeners()
+			return nil, fmt.Errorf("agent: http: %w", err)
+		}
+		a.http = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	}
+	return a, nil
+}
+
+// HTTPAddr returns the API's address, nil without one.
+func (a *Agent) HTTPAddr() net.Addr {
+	if a.httpLn == nil {
+		return nil
+	}
+	return a.httpLn.Addr()
+}
+
+// UDPAddr returns the address of the report listener, nil without one.
+func (a *Agent) UDPAddr() net.Addr {
+	if a.udp == nil {
+		return nil
+	}
+	return a.udp.Addr()
+}
+
+// Registry returns the registry holding the agent's metrics.
+func (a *Agent) Registry() *prometheus.Registry { return a.opts.Registry }
+
+// Detector returns the agent's detector.
+func (a *Agent) Detector() *detector.Detector { return a.det }
+
+// Accept takes a batch of samples from a source (sampler.Sink). Keys longer than
+// MaxKeyBytes are truncated and marked; each sample counts Count/Rate requests of the full
+// traffic, rounded stochastically so that sums stay unbiased.
+func (a *Agent) Accept(b sampler.Batch) {
+	rate := b.Rate
+	if !(rate > 0 && rate <= 1) {
+		rate = 1
+	}
+	scale := 1 / rate
+	for i := range b.Samples {
+		s := &b.Samples[i]
+		key, flags := s.Key, uint8(0)
+		if len(key) > a.opts.MaxKeyBytes {
+			key, flags = key[:a.opts.MaxKeyBytes], flags|FlagTruncated
+		}
+		if s.Counter {
+			flags |= detector.FlagCounter
+		}
+		a.det.Add(key, s.Op == sampler.OpWrite, flags, weight(s.Count, scale))
+	}
+	a.metrics.received(b.Source, len(b.Samples))
+}
+
+// FlagTruncated marks a key that was longer than MaxKeyBytes.
+const FlagTruncated uint8 = 1 << 6
+
+// weight returns count × scale as a whole number of requests, rounding the fraction up
+// with its probability so that the expected value is exact.
+func weight(count uint32, scale float64) uint32 {
+	if count == 0 {
+		count = 1
+	}
+	w := float64(count) * scale
+	if w >= math.MaxUint32 {
+		return math.MaxUint32
+	}
+	n := math.Floor(w)
+	if f := w - n; f > 0 && rand.Float64() < f {
+		n++
+	}
+	return uint32(max(n, 1))
+}
+
+// Drop records samples that a source dropped (sampler.Sink).
+func (a *Agent) Drop(source, reason string, n int) { a.metrics.dropped(source, reason, n) }
+
+// Run starts the listeners, the sources and the evaluation loop, and serves until ctx
+// ends; then it stops listening, lets the sources drain, and returns nil. An error means a
+// listener or source failed.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2+len(a.opts.Sources))
+	var wg sync.WaitGroup
+	start := func(name string, serve func(context.Context) error) {
+		wg.Go(func() {
+			if err := serve(ctx); err != nil {
+				errc <- fmt.Errorf("agent: %s: %w", name, err)
+				cancel()
+			}
+		})
+	}
+	a.det.Advance(a.now())
+	if a.udp != nil {
+		start("udp", a.udp.Serve)
+	}
+	for i, s := range a.opts.Sources {
+		start(fmt.Sprintf("source %d", i), s.Serve)
+	}
+	if a.http != nil {
+		start("http", func(context.Context) error {
+			if err := a.http.Serve(a.httpLn); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	wg.Go(func() { a.loop(ctx) })
+	a.ready.Store(true)
+	a.log.Info("hotkeyd agent started", "http", addrString(a.HTTPAddr()), "udp", addrString(a.UDPAddr()),
+		"window", a.opts.Detector.Window(), "topk", a.opts.Detector.K)
+
+	<-ctx.Done()
+	a.ready.Store(false)
+	a.shutdown()
+	wg.Wait()
+	a.evaluate() // count what arrived while draining
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	a.log.Info("hotkeyd agent stopped")
+	return errors.Join(errs...)
+}
+
+// shutdown stops the listeners and sources; HTTP requests in flight get 5 s to finish.
+func (a *Agent) shutdown() {
+	a.closeOnce.Do(func() {
+		if a.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := a.http.Shutdown(ctx); err != nil {
+				a.log.Warn("http shutdown", "err", err)
+			}
+		}
+		for _, s := range a.opts.Sources {
+			if err := s.Close(); err != nil {
+				a.log.Warn("closing a source", "err", err)
+			}
+		}
+		a.closeListeners()
+	})
+}
+
+func (a *Agent) closeListeners() {
+	if a.udp != nil {
+		a.udp.Close()
+	}
+	if a.httpLn != nil && a.http == nil {
+		a.httpLn.Close()
+	}
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return "off"
+	}
+	return a.String()
+}

@@ -1,0 +1,225 @@
+package agent
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/sampler"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler returns the HTTP API: /v1/samples, /v1/topk, /v1/keys/{key}, /metrics,
+// /healthz and /readyz.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	samples := sampler.HTTPHandler(a, sampler.HTTPOptions{MaxBodyBytes: a.opts.MaxBodyBytes, MaxSamples: a.opts.MaxSamplesPerReport})
+	mux.Handle("/v1/samples", a.authorized(samples))
+	mux.HandleFunc("GET /v1/topk", a.topk)
+	mux.HandleFunc("GET /v1/keys/{key...}", a.key)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{Registry: a.opts.Registry}))
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /readyz", a.readyz)
+	return mux
+}
+
+// authorized requires the bearer token, when one is configured, on every method but GET
+// and HEAD.
+func (a *Agent) authorized(h http.Handler) http.Handler {
+	if a.opts.AuthToken == "" {
+		return h
+	}
+	want := []byte("Bearer " + a.opts.AuthToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			a.Drop("unknown", sampler.DropAuth, 1)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="hotkeyd"`)
+			writeError(w, http.StatusUnauthorized, "authorization: this endpoint needs the header \"Authorization: Bearer TOKEN\" with the agent's auth.token")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// keyJSON is one key in /v1/topk and /v1/keys/{key}.
+type keyJSON struct {
+	Key         string     `json:"key"`
+	Rate        float64    `json:"rate"`
+	Share       float64    `json:"share"`
+	ReadRate    float64    `json:"read_rate"`
+	WriteRate   float64    `json:"write_rate"`
+	Hot         bool       `json:"hot"`
+	HotSince    *time.Time `json:"hot_since"`
+	PredictedBy []string   `json:"predicted_by"`
+	Mitigations []string   `json:"mitigations"`
+	// Extensions to the contract, documented in docs/api.md.
+	Counter   bool    `json:"counter,omitempty"`
+	Truncated bool    `json:"truncated,omitempty"`
+	Level     float64 `json:"level"`
+	History   []point `json:"history,omitempty"`
+}
+
+type topkJSON struct {
+	At            time.Time `json:"at"`
+	WindowSeconds float64   `json:"window_seconds"`
+	TotalRate     float64   `json:"total_rate"`
+	ReadRate      float64   `json:"read_rate"`
+	WriteRate     float64   `json:"write_rate"`
+	DistinctKeys  uint64    `json:"distinct_keys"`
+	HotKeys       int       `json:"hot_keys"`
+	Keys          []keyJSON `json:"keys"`
+}
+
+// MaxTopK bounds n in /v1/topk.
+const maxTopN = 10000
+
+func (a *Agent) topk(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n := 10
+	if s := q.Get("n"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 || n > maxTopN {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("n: %q is not allowed; use a whole number from 1 to %d (the agent keeps %d keys)", s, maxTopN, a.opts.Detector.K))
+			return
+		}
+	}
+	ranking := detector.All
+	switch op := q.Get("op"); op {
+	case "", "all":
+	case "read":
+		ranking = detector.Reads
+	case "write":
+		ranking = detector.Writes
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("op: %q is not allowed; use all, read or write", op))
+		return
+	}
+	v := a.view.Load()
+	snap := a.det.Snapshot(a.now(), ranking, n)
+	total := snap.Rate(snap.Reads + snap.Writes)
+	out := topkJSON{
+		At:            snap.At.UTC(),
+		WindowSeconds: snap.Covered.Seconds(),
+		TotalRate:     total,
+		ReadRate:      snap.Rate(snap.Reads),
+		WriteRate:     snap.Rate(snap.Writes),
+		DistinctKeys:  snap.Distinct,
+		HotKeys:       v.hot,
+		Keys:          make([]keyJSON, 0, len(snap.Keys)),
+	}
+	for _, k := range snap.Keys {
+		out.Keys = append(out.Keys, a.keyJSON(v, k, snap.Rate(k.Reads), snap.Rate(k.Writes), total))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *Agent) keyJSON(v *view, k detector.Key, readRate, writeRate, total float64) keyJSON {
+	j := keyJSON{
+		Key:         a.display(k.Key),
+		Rate:        readRate + writeRate,
+		ReadRate:    readRate,
+		WriteRate:   writeRate,
+		PredictedBy: []string{},
+		Mitigations: []string{},
+		Counter:     k.Flags&detector.FlagCounter != 0,
+		Truncated:   k.Flags&FlagTruncated != 0,
+	}
+	if total > 0 {
+		j.Share = j.Rate / total
+	}
+	if l, ok := v.level(k.Key); ok {
+		j.Level = l.Level
+		j.Hot = l.Hot
+		if l.Hot {
+			since := l.HotSince.UTC()
+			j.HotSince = &since
+		}
+	}
+	return j
+}
+
+func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	if key == "" {
+		writeError(w, http.StatusBadRequest, "key: empty; use /v1/keys/{key} with the key URL-escaped")
+		return
+	}
+	v := a.view.Load()
+	if a.opts.HashKeys {
+		// The API shows hashes; accept a hash back, or the real key.
+		for _, l := range v.levels {
+			if a.display(l.Key.Key) == key {
+				key = l.Key.Key
+				break
+			}
+		}
+	}
+	if len(key) > a.opts.MaxKeyBytes {
+		key = key[:a.opts.MaxKeyBytes] // as Accept stored it
+	}
+	now := a.now()
+	covered, _ := a.det.Covered(now)
+	reads, writes := a.det.Estimate([]byte(key))
+	sec := covered.Seconds()
+	k := detector.Key{Key: key, Reads: reads, Writes: writes}
+	if l, ok := v.level(key); ok {
+		k.Flags = l.Key.Flags
+	}
+	total := v.reads + v.writes
+	j := a.keyJSON(v, k, float64(reads)/sec, float64(writes)/sec, total)
+	j.History = v.history[key]
+	if j.History == nil {
+		j.History = []point{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		At            time.Time `json:"at"`
+		WindowSeconds float64   `json:"window_seconds"`
+		keyJSON
+	}{now.UTC(), sec, j})
+}
+
+func (a *Agent) healthz(w http.ResponseWriter, _ *http.Request) {
+	// Alive while the evaluation loop runs: a stalled loop is a stuck agent.
+	if last := a.lastEval.Load(); last != 0 {
+		if lag := a.now().Sub(time.Unix(0, last)); lag > 5*time.Second+10*a.opts.Detector.Tick {
+			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("evaluation loop: last ran %v ago", lag.Round(time.Millisecond)))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (a *Agent) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !a.ready.Load() {
+		writeError(w, http.StatusServiceUnavailable, "not ready: starting or stopping")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// display returns the name shown for key: the key, or a short hash when HashKeys is on.
+func (a *Agent) display(key string) string {
+	if !a.opts.HashKeys {
+		return key
+	}
+	return fmt.Sprintf("h:%012x", xxhash.Sum64String(key)>>16)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": strings.TrimSpace(msg)})
+}

@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/detector"
+)
+
+// view is what the API and metrics show: the result of one evaluation, never modified
+// after it is stored.
+type view struct {
+	at       time.Time
+	covered  time.Duration
+	reads    float64 // rate of all reads
+	writes   float64 // rate of all writes
+	distinct uint64
+	levels   []detector.Level // the combined ranking, heaviest first
+	byKey    map[string]int   // key → index in levels
+	history  map[string][]point
+	hot      int
+}
+
+func (v *view) level(key string) (detector.Level, bool) {
+	i, ok := v.byKey[key]
+	if !ok {
+		return detector.Level{}, false
+	}
+	return v.levels[i], true
+}
+
+// point is one second of a key's rate history.
+type point struct {
+	At        time.Time `json:"at"`
+	ReadRate  float64   `json:"read_rate"`
+	WriteRate float64   `json:"write_rate"`
+	Hot       bool      `json:"hot"`
+}
+
+// histories keeps the last n one-second points of the ranked and hot keys.
+type histories struct {
+	n    int
+	last time.Time // second of the last point
+	keys map[string][]point
+}
+
+func newHistories(n int) *histories { return &histories{n: n, keys: map[string][]point{}} }
+
+// add records a point for each level once a second and forgets keys that are neither
+// ranked nor hot; it returns copies for the view.
+func (h *histories) add(now time.Time, levels []detector.Level) map[string][]point {
+	sec := now.Truncate(time.Second)
+	if sec.After(h.last) {
+		h.last = sec
+		seen := make(map[string]bool, len(levels))
+		for _, l := range levels {
+			seen[l.Key.Key] = true
+			p := h.keys[l.Key.Key]
+			if len(p) == h.n {
+				p = append(p[:0], p[1:]...)
+			}
+			h.keys[l.Key.Key] = append(p, point{At: sec, ReadRate: l.ReadRate, WriteRate: l.WriteRate, Hot: l.Hot})
+		}
+		for k := range h.keys {
+			if !seen[k] {
+				delete(h.keys, k)
+			}
+		}
+	}
+	out := make(map[string][]point, len(h.keys))
+	for k, p := range h.keys {
+		out[k] = append([]point(nil), p...)
+	}
+	return out
+}
+
+// loop evaluates the window every tick until ctx ends.
+func (a *Agent) loop(ctx context.Context) {
+	t := time.NewTicker(a.opts.Detector.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.evaluate()
+		}
+	}
+}
+
+// evaluate turns the window into rates and hot states, records changes, starts the next
+// tick and publishes a new view. Only the loop (and Run, after the loop) calls it.
+func (a *Agent) evaluate() {
+	now := a.now()
+	snap := a.det.Snapshot(now, detector.All, 0)
+	levels, changes := a.tracker.Update(&snap)
+	a.det.Advance(now)
+	for _, c := range changes {
+		a.metrics.change(c)
+		if c.Hot {
+			a.log.Info("key turned hot", "key", a.display(c.Key), "delay", c.Delay)
+		} else {
+			a.log.Info("key cooled", "key", a.display(c.Key))
+		}
+	}
+	v := &view{
+		at:       now,
+		covered:  snap.Covered,
+		reads:    snap.Rate(snap.Reads),
+		writes:   snap.Rate(snap.Writes),
+		distinct: snap.Distinct,
+		levels:   levels,
+		byKey:    make(map[string]int, len(levels)),
+		history:  a.history.add(now, levels),
+		hot:      a.tracker.Hot(),
+	}
+	for i, l := range levels {
+		v.byKey[l.Key.Key] = i
+	}
+	a.view.Store(v)
+	a.lastEval.Store(now.UnixNano())
+}

@@ -1,0 +1,142 @@
+package agent
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// maxSources bounds the source label: sources beyond it are counted as "other", so that a
+// misbehaving client cannot blow up the number of series.
+const maxSources = 64
+
+type metrics struct {
+	a       *Agent
+	samples *prometheus.CounterVec
+	drops   *prometheus.CounterVec
+	changes *prometheus.CounterVec
+	delay   prometheus.Histogram
+
+	mu      sync.Mutex // guards sources
+	sources map[string]prometheus.Counter
+
+	keyRate, keyShare, keyHot, keyLevel   *prometheus.Desc
+	traffic, distinct, hot, lag, keysDesc *prometheus.Desc
+}
+
+func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
+	m := &metrics{
+		a: a,
+		samples: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hotkeyd_samples_received_total",
+			Help: "Samples accepted into the detector, by source.",
+		}, []string{"source"}),
+		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hotkeyd_samples_dropped_total",
+			Help: "Samples or reports dropped before the detector, by source and reason (malformed, too_large, overload, auth).",
+		}, []string{"source", "reason"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hotkeyd_hot_key_transitions_total",
+			Help: "Keys turning hot or cooling down.",
+		}, []string{"to"}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hotkeyd_detection_delay_seconds",
+			Help:    "Time from the first tick a key's rate was over its threshold to the key being flagged hot.",
+			Buckets: []float64{0, .05, .1, .15, .2, .25, .3, .4, .5, .75, 1, 2, 5},
+		}),
+		sources:  map[string]prometheus.Counter{},
+		keyRate:  prometheus.NewDesc("hotkeyd_key_rate", "Estimated requests per second of a key in the top-k, full traffic, by operation.", []string{"key", "op"}, nil),
+		keyShare: prometheus.NewDesc("hotkeyd_key_share", "A top-k key's share of all traffic (0 to 1).", []string{"key"}, nil),
+		keyHot:   prometheus.NewDesc("hotkeyd_key_hot", "1 while a top-k key is hot, else 0.", []string{"key"}, nil),
+		keyLevel: prometheus.NewDesc("hotkeyd_key_threshold_ratio", "A top-k key's rate over its hot threshold (1 = at the threshold).", []string{"key"}, nil),
+		traffic:  prometheus.NewDesc("hotkeyd_traffic_rate", "Estimated requests per second of all sampled traffic, by operation.", []string{"op"}, nil),
+		distinct: prometheus.NewDesc("hotkeyd_distinct_keys", "Estimated distinct keys in the window (HyperLogLog).", nil, nil),
+		hot:      prometheus.NewDesc("hotkeyd_hot_keys", "Keys currently hot.", nil, nil),
+		lag:      prometheus.NewDesc("hotkeyd_ingest_lag_seconds", "Age of the newest evaluated window: how far what the agent shows trails the samples it has taken.", nil, nil),
+		keysDesc: prometheus.NewDesc("hotkeyd_topk_keys", "Keys in the combined top-k ranking (the per-key series shown).", nil, nil),
+	}
+	for _, c := range []prometheus.Collector{m.samples, m.drops, m.changes, m.delay, m} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("agent: metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// received counts n samples from source.
+func (m *metrics) received(source string, n int) {
+	m.mu.Lock()
+	c, ok := m.sources[source]
+	if !ok {
+		if len(m.sources) >= maxSources {
+			c = m.sources["other"]
+		}
+		if c == nil {
+			if len(m.sources) >= maxSources {
+				source = "other"
+			}
+			c = m.samples.WithLabelValues(source)
+			m.sources[source] = c
+		}
+	}
+	m.mu.Unlock()
+	c.Add(float64(n))
+}
+
+func (m *metrics) dropped(source, reason string, n int) {
+	m.mu.Lock()
+	if _, ok := m.sources[source]; !ok && len(m.sources) >= maxSources {
+		source = "other"
+	}
+	m.mu.Unlock()
+	m.drops.WithLabelValues(source, reason).Add(float64(n))
+}
+
+func (m *metrics) change(c detector.Change) {
+	if c.Hot {
+		m.changes.WithLabelValues("hot").Inc()
+		m.delay.Observe(c.Delay.Seconds())
+	} else {
+		m.changes.WithLabelValues("cool").Inc()
+	}
+}
+
+// Describe sends the descriptions of the per-key and window series.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc} {
+		ch <- d
+	}
+}
+
+// Collect reads the latest view. Per-key series exist for the keys of the current top-k
+// only, so a key that leaves it loses its series at the next scrape.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	v := m.a.view.Load()
+	gauge := func(d *prometheus.Desc, val float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, val, labels...)
+	}
+	gauge(m.traffic, v.reads, "read")
+	gauge(m.traffic, v.writes, "write")
+	gauge(m.distinct, float64(v.distinct))
+	gauge(m.hot, float64(v.hot))
+	gauge(m.keysDesc, float64(len(v.levels)))
+	lag := 0.0
+	if !v.at.IsZero() {
+		lag = max(0, m.a.now().Sub(v.at).Seconds())
+	}
+	gauge(m.lag, lag)
+	for _, l := range v.levels {
+		k := m.a.display(l.Key.Key)
+		gauge(m.keyRate, l.ReadRate, k, "read")
+		gauge(m.keyRate, l.WriteRate, k, "write")
+		gauge(m.keyShare, l.Share, k)
+		gauge(m.keyLevel, l.Level, k)
+		hot := 0.0
+		if l.Hot {
+			hot = 1
+		}
+		gauge(m.keyHot, hot, k)
+	}
+}
