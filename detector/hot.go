@@ -7,14 +7,16 @@ import (
 )
 
 // Threshold makes a key hot for one operation: its rate (requests per second of the full
-// traffic) reaches Rate, or its share of all traffic reaches Share. A zero field is off.
+// traffic) reaches Rate, or its share of all traffic (reads and writes: the load it puts
+// on its node) reaches Share. A zero field is off.
 type Threshold struct {
 	Rate  float64
 	Share float64
 }
 
 // Override replaces the thresholds for keys matching Pattern: an exact key, or a prefix
-// ending in "*" ("score:*"). Zero fields of Read and Write inherit the default rule's.
+// ending in "*" ("score:*"). Zero fields of Read and Write inherit the default rule's. An
+// exact pattern beats every prefix; a longer prefix beats a shorter one.
 type Override struct {
 	Pattern     string
 	Read, Write Threshold
@@ -33,7 +35,7 @@ type Rules struct {
 	CoolRatio float64
 	// CoolTicks is how many evaluations in a row the key must stay below. Default: 10.
 	CoolTicks int
-	// Overrides apply to matching keys, the longest matching pattern first.
+	// Overrides apply to matching keys; see Override.
 	Overrides []Override
 }
 
@@ -85,18 +87,25 @@ func (r Rules) Validate() error {
 	return nil
 }
 
-// thresholds returns the read and write thresholds for key.
+// thresholds returns the read and write thresholds for key: the defaults, with the set
+// fields of the best matching override in their place. An exact pattern beats every
+// prefix, and a longer prefix beats a shorter one.
 func (r *Rules) thresholds(key string) (read, write Threshold) {
 	read, write = r.Read, r.Write
-	best := -1
-	for _, o := range r.Overrides {
-		p, prefix := strings.CutSuffix(o.Pattern, "*")
-		if (prefix && strings.HasPrefix(key, p) || !prefix && key == p) && len(o.Pattern) > best {
-			best = len(o.Pattern)
-			read, write = r.Read, r.Write
-			inherit(&read, o.Read)
-			inherit(&write, o.Write)
+	best, bestLen := -1, -1
+	for i, o := range r.Overrides {
+		if p, prefix := strings.CutSuffix(o.Pattern, "*"); !prefix {
+			if p == key {
+				best = i
+				break
+			}
+		} else if strings.HasPrefix(key, p) && len(p) > bestLen {
+			best, bestLen = i, len(p)
 		}
+	}
+	if best >= 0 {
+		inherit(&read, r.Overrides[best].Read)
+		inherit(&write, r.Overrides[best].Write)
 	}
 	return read, write
 }
@@ -224,7 +233,7 @@ func (t *Tracker) Update(s *Snapshot) ([]Level, []Change) {
 	return levels, changes
 }
 
-// both returns the higher of the read and write levels. total is all traffic's rate.
+// both returns the higher of the read and write levels; total is the rate of all traffic.
 func (r *Rules) both(rt, wt Threshold, readRate, writeRate, total float64) float64 {
 	total = max(total, 1e-9)
 	return max(r.level(rt, readRate, readRate/total), r.level(wt, writeRate, writeRate/total))

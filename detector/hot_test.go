@@ -7,7 +7,7 @@ import (
 )
 
 // snap builds a one-second snapshot holding one key with the given read and write rates,
-// in total traffic of total requests per second.
+// in traffic of total requests per second.
 func snap(at time.Time, key string, reads, writes, total uint64) *Snapshot {
 	return &Snapshot{
 		At: at, Covered: time.Second, Reads: total, TickSpan: 100 * time.Millisecond,
@@ -43,6 +43,7 @@ func TestThresholds(t *testing.T) {
 		{Pattern: "score:*", Read: Threshold{Rate: 5000}},
 		{Pattern: "score:final*", Read: Threshold{Rate: 20000}, Write: Threshold{Share: 0.5}},
 		{Pattern: "cfg", Write: Threshold{Rate: 1}},
+		{Pattern: "cfg*", Write: Threshold{Rate: 2}},
 	}
 	tests := []struct {
 		key         string
@@ -52,7 +53,7 @@ func TestThresholds(t *testing.T) {
 		{"score:match42", Threshold{5000, 0.05}, Threshold{500, 0.05}},
 		{"score:final", Threshold{20000, 0.05}, Threshold{500, 0.5}},
 		{"cfg", Threshold{1000, 0.05}, Threshold{1, 0.05}},
-		{"cfg2", Threshold{1000, 0.05}, Threshold{500, 0.05}},
+		{"cfg2", Threshold{1000, 0.05}, Threshold{2, 0.05}},
 	}
 	for _, tt := range tests {
 		rd, wr := r.thresholds(tt.key)

@@ -1,0 +1,192 @@
+package config
+
+import (
+	"time"
+)
+
+// Config is hotkeyd's whole configuration. Its zero value is not useful; start from
+// Default or Load. The yaml tags are the key names of the file; the environment variable
+// of a key is HOTKEYD_ followed by its path in upper case with dots as underscores.
+type Config struct {
+	HTTP     HTTP     `yaml:"http"`
+	UDP      UDP      `yaml:"udp"`
+	Redis    Redis    `yaml:"redis"`
+	Proxy    Proxy    `yaml:"proxy"`
+	Monitor  Monitor  `yaml:"monitor"`
+	Auth     Auth     `yaml:"auth"`
+	Detector Detector `yaml:"detector"`
+	Limits   Limits   `yaml:"limits"`
+	Hot      Hot      `yaml:"hot"`
+	Metrics  Metrics  `yaml:"metrics"`
+	Log      Log      `yaml:"log"`
+}
+
+// HTTP configures the HTTP API: samples, top-k, plan, registry, metrics.
+type HTTP struct {
+	// Listen is the TCP address of the HTTP API, host:port. Default "127.0.0.1:9736".
+	Listen string `yaml:"listen"`
+	// MaxBodyBytes caps the size of a request body, POST /v1/samples above all.
+	// Default 1048576 (1 MiB); allowed 1024..1073741824.
+	MaxBodyBytes int `yaml:"max_body_bytes"`
+}
+
+// UDP configures the datagram listener of the sample protocol.
+type UDP struct {
+	// Listen is the UDP address for sample datagrams, host:port; empty disables UDP.
+	// Default "127.0.0.1:9736".
+	Listen string `yaml:"listen"`
+	// Readers is how many goroutines read datagrams. Default 2; allowed 1..64.
+	Readers int `yaml:"readers"`
+}
+
+// Redis names the Redis deployment that mitigations act on.
+type Redis struct {
+	// Addrs are the host:port addresses of Redis; a cluster is detected from them. Empty
+	// means detection only: nothing is written to Redis. In the environment they are
+	// comma-separated. Default empty.
+	Addrs []string `yaml:"addrs"`
+}
+
+// Proxy configures the RESP proxy tap. Listen and Upstream are both set or both empty.
+type Proxy struct {
+	// Listen is the TCP address clients connect to instead of Redis. Default empty (no proxy).
+	Listen string `yaml:"listen"`
+	// Upstream is the host:port of the Redis that the proxy forwards to. Default empty.
+	Upstream string `yaml:"upstream"`
+	// SampleEvery samples one command in SampleEvery. Default 100; allowed 1..1000000.
+	SampleEvery int `yaml:"sample_every"`
+}
+
+// Monitor configures reading samples with Redis MONITOR, which is for development only:
+// MONITOR slows Redis down.
+type Monitor struct {
+	// Addr is the host:port of the Redis to monitor. Default empty (no MONITOR).
+	Addr string `yaml:"addr"`
+	// SampleEvery samples one monitored command in SampleEvery. Default 1; allowed 1..1000000.
+	SampleEvery int `yaml:"sample_every"`
+}
+
+// Auth protects the mutating HTTP endpoints.
+type Auth struct {
+	// Token, when set, is required as "Authorization: Bearer TOKEN" on mutating endpoints.
+	// Printable ASCII without spaces. Default empty (no auth).
+	Token string `yaml:"token"`
+}
+
+// Detector sizes the sliding-window sketch and the top-k.
+type Detector struct {
+	// Window is how far back rates look. Default 1s; allowed 10ms..1h.
+	Window time.Duration `yaml:"window"`
+	// Ticks is how many steps the window slides in; Window/Ticks must be at least 10ms.
+	// Default 10; allowed 1..1000.
+	Ticks int `yaml:"ticks"`
+	// TopK is how many of the heaviest keys are tracked. Default 100; allowed 1..10000.
+	TopK int `yaml:"topk"`
+	// Width is the number of counters per row of the count-min sketch.
+	// Default 16384; a power of two in 64..16777216.
+	Width int `yaml:"width"`
+	// Depth is the number of rows (hash functions) of the sketch. Default 4; allowed 1..16.
+	Depth int `yaml:"depth"`
+	// Shards is the number of independently locked detector shards.
+	// Default 4; a power of two in 1..256.
+	Shards int `yaml:"shards"`
+}
+
+// Limits bounds what one sample or one report may cost.
+type Limits struct {
+	// MaxKeyBytes is the longest key kept; longer keys are truncated and marked as such.
+	// Default 512; allowed 8..65536.
+	MaxKeyBytes int `yaml:"max_key_bytes"`
+	// MaxSamplesPerReport caps the samples of one datagram or one POST /v1/samples.
+	// Default 10000; allowed 1..1000000.
+	MaxSamplesPerReport int `yaml:"max_samples_per_report"`
+}
+
+// Threshold makes a key hot when its rate reaches Rate, or its share of the total traffic
+// reaches Share (and its rate is at least Hot.MinRate).
+type Threshold struct {
+	// Rate is in requests per second of the full traffic (samples scaled up by their
+	// sample rate); must be > 0.
+	Rate float64 `yaml:"rate"`
+	// Share is a fraction of all traffic, reads and writes together, in (0, 1].
+	Share float64 `yaml:"share"`
+}
+
+// Hot holds the rules that make a key hot and cool it down again.
+type Hot struct {
+	// Read is the threshold for reads. Default rate 1000, share 0.05.
+	Read Threshold `yaml:"read"`
+	// Write is the threshold for writes. Default rate 500, share 0.05.
+	Write Threshold `yaml:"write"`
+	// MinRate is the rate in requests per second below which a key is never hot by share
+	// alone, so that a quiet system does not call its busiest key hot. Default 100; ≥ 0.
+	MinRate float64 `yaml:"min_rate"`
+	// CoolRatio: a hot key cools when its rate stays below CoolRatio × its threshold.
+	// Default 0.7; allowed (0, 1).
+	CoolRatio float64 `yaml:"cool_ratio"`
+	// CoolTicks is for how many consecutive detector ticks a key must stay below the
+	// cooling line before it stops being hot. Default 10; allowed 1..10000.
+	CoolTicks int `yaml:"cool_ticks"`
+	// Overrides set other thresholds for some keys. Default none. An exact pattern beats
+	// every prefix, a longer prefix a shorter one (detector.Rules applies them).
+	Overrides []Override `yaml:"overrides"`
+}
+
+// Override sets thresholds for the keys that match Pattern. A zero field is unset and
+// inherits the default threshold of Hot.Read or Hot.Write: a zero rate or share is never a
+// useful threshold, so zero means "inherit" rather than "always hot".
+type Override struct {
+	// Pattern is an exact key ("score:match42") or a prefix ending in "*" ("score:*").
+	// "*" may appear only at the end. Required.
+	Pattern string `yaml:"pattern"`
+	// ReadRate replaces Hot.Read.Rate when > 0.
+	ReadRate float64 `yaml:"read_rate"`
+	// ReadShare replaces Hot.Read.Share when > 0; at most 1.
+	ReadShare float64 `yaml:"read_share"`
+	// WriteRate replaces Hot.Write.Rate when > 0.
+	WriteRate float64 `yaml:"write_rate"`
+	// WriteShare replaces Hot.Write.Share when > 0; at most 1.
+	WriteShare float64 `yaml:"write_share"`
+}
+
+// Metrics configures what the metrics and the HTTP API reveal.
+type Metrics struct {
+	// HashKeys replaces key names by a short hash in metrics and the API, for privacy.
+	// Default false.
+	HashKeys bool `yaml:"hash_keys"`
+}
+
+// Log configures the daemon's log.
+type Log struct {
+	// Level is debug, info, warn or error. Default "info".
+	Level string `yaml:"level"`
+	// Format is text or json. Default "text".
+	Format string `yaml:"format"`
+}
+
+// Default returns the configuration hotkeyd runs with when nothing is set. It is valid.
+func Default() Config {
+	return Config{
+		HTTP:    HTTP{Listen: "127.0.0.1:9736", MaxBodyBytes: 1 << 20},
+		UDP:     UDP{Listen: "127.0.0.1:9736", Readers: 2},
+		Proxy:   Proxy{SampleEvery: 100},
+		Monitor: Monitor{SampleEvery: 1},
+		Detector: Detector{
+			Window: time.Second,
+			Ticks:  10,
+			TopK:   100,
+			Width:  16384,
+			Depth:  4,
+			Shards: 4,
+		},
+		Limits: Limits{MaxKeyBytes: 512, MaxSamplesPerReport: 10000},
+		Hot: Hot{
+			Read:      Threshold{Rate: 1000, Share: 0.05},
+			Write:     Threshold{Rate: 500, Share: 0.05},
+			MinRate:   100,
+			CoolRatio: 0.7,
+			CoolTicks: 10,
+		},
+		Log: Log{Level: "info", Format: "text"},
+	}
+}

@@ -1,0 +1,72 @@
+// Package config builds hotkeyd's one validated Config from defaults, an optional YAML
+// file, HOTKEYD_* environment variables and command-line flags. It is the only package,
+// with cmd/hotkeyd, that reads the environment or flags; everything else is handed the
+// parts of Config it needs. Config is a plain value, safe to copy and to share read-only.
+//
+// # Precedence
+//
+// Load starts from Default, then applies, each over the one before:
+//
+//  1. the YAML file: LoadOptions.File, else --config, else $HOTKEYD_CONFIG, else none;
+//  2. the environment: HOTKEYD_ followed by the key's path in upper case with dots as
+//     underscores, so http.listen is HOTKEYD_HTTP_LISTEN and hot.read.rate is
+//     HOTKEYD_HOT_READ_RATE;
+//  3. the flags of RegisterFlags that were set on the command line.
+//
+// Every key can be set in the environment, whether or not the file mentions it. Lists
+// (redis.addrs) are comma-separated there; hot.overrides is a YAML flow list:
+//
+//	HOTKEYD_REDIS_ADDRS=10.0.0.1:6379,10.0.0.2:6379
+//	HOTKEYD_HOT_OVERRIDES='[{pattern: "score:*", read_rate: 5000}]'
+//
+// An empty variable counts as set for strings and lists, so HOTKEYD_UDP_LISTEN= turns UDP
+// off, and as unset for numbers, booleans and durations.
+//
+// The file is strict: an unknown key (a typo), a key set twice or a value of the wrong
+// kind is an error naming the file, the line and the key, with the nearest known key as a
+// hint. Every problem is reported, not only the first. Then Validate checks the values
+// and reports, again all at once, each bad key with its value and what is allowed.
+//
+// Config.YAML prints the effective configuration (hotkeyd serve --print-config) with
+// auth.token shown as "***"; loading that output gives the same Config back. The file
+// config/example.yaml lists every key with its default and a comment.
+//
+// # Keys
+//
+// Key (environment variable is HOTKEYD_ + upper-snake key), default, allowed values:
+//
+//	http.listen                    127.0.0.1:9736  host:port of the HTTP API (flag --http-listen)
+//	http.max_body_bytes            1048576         1024..1073741824
+//	udp.listen                     127.0.0.1:9736  host:port for sample datagrams; empty turns UDP off (--udp-listen)
+//	udp.readers                    2               1..64 reading goroutines
+//	redis.addrs                    (none)          host:port list; none means detection only (--redis-addrs)
+//	proxy.listen                   (none)          host:port of the RESP proxy tap; set with proxy.upstream (--proxy-listen)
+//	proxy.upstream                 (none)          host:port of the Redis behind the proxy (--proxy-upstream)
+//	proxy.sample_every             100             1..1000000: sample one command in N
+//	monitor.addr                   (none)          host:port of a Redis to read with MONITOR, development only (--monitor)
+//	monitor.sample_every           1               1..1000000
+//	auth.token                     (none)          bearer token for mutating endpoints; printable ASCII, no spaces (--auth-token)
+//	detector.window                1s              10ms..1h: how far back rates look
+//	detector.ticks                 10              1..1000, and window/ticks ≥ 10ms
+//	detector.topk                  100             1..10000 (--topk)
+//	detector.width                 16384           power of two, 64..16777216 counters per sketch row
+//	detector.depth                 4               1..16 sketch rows
+//	detector.shards                4               power of two, 1..256
+//	limits.max_key_bytes           512             8..65536; longer keys are truncated and marked
+//	limits.max_samples_per_report  10000           1..1000000
+//	hot.read.rate                  1000            > 0 requests/s of full traffic
+//	hot.read.share                 0.05            (0, 1] share of all traffic (reads and writes)
+//	hot.write.rate                 500             > 0 requests/s
+//	hot.write.share                0.05            (0, 1] share of all traffic
+//	hot.min_rate                   100             ≥ 0: below it a key is never hot by share alone
+//	hot.cool_ratio                 0.7             (0, 1): a hot key cools below ratio × threshold
+//	hot.cool_ticks                 10              1..10000 consecutive ticks below that line
+//	hot.overrides                  (none)          list of {pattern, read_rate, read_share, write_rate, write_share}
+//	metrics.hash_keys              false           true replaces key names by a short hash in metrics and the API
+//	log.level                      info            debug, info, warn, error (--log-level)
+//	log.format                     text            text, json
+//
+// In hot.overrides, pattern is an exact key or a prefix ending in "*"; a threshold left
+// out or set to 0 inherits hot.read or hot.write. An exact pattern beats every prefix,
+// and a longer prefix beats a shorter one.
+package config

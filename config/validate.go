@@ -1,0 +1,247 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// minTick is the shortest detector tick: Detector.Window / Detector.Ticks.
+const minTick = 10 * time.Millisecond
+
+// Validate checks every setting and returns all problems at once, joined with
+// errors.Join, or nil. Each problem names the key, the value and what is allowed, as in
+//
+//	detector.width: 1000 is not a power of two; use a power of two between 64 and 16777216
+//
+// The value of auth.token is never shown.
+func (c Config) Validate() error {
+	var v validator
+
+	v.listenAddr("http.listen", c.HTTP.Listen, true)
+	v.intRange("http.max_body_bytes", c.HTTP.MaxBodyBytes, 1024, 1<<30)
+
+	v.listenAddr("udp.listen", c.UDP.Listen, false)
+	v.intRange("udp.readers", c.UDP.Readers, 1, 64)
+
+	seen := make(map[string]int, len(c.Redis.Addrs))
+	for i, a := range c.Redis.Addrs {
+		key := fmt.Sprintf("redis.addrs[%d]", i)
+		v.dialAddr(key, a, true)
+		if j, dup := seen[a]; dup {
+			v.add(key, a, fmt.Sprintf("is listed twice (also redis.addrs[%d])", j), "list each address once")
+		}
+		seen[a] = i
+	}
+
+	v.listenAddr("proxy.listen", c.Proxy.Listen, false)
+	v.dialAddr("proxy.upstream", c.Proxy.Upstream, false)
+	switch {
+	case c.Proxy.Listen != "" && c.Proxy.Upstream == "":
+		v.add("proxy.upstream", "", "is empty while proxy.listen is set", "set both proxy.listen and proxy.upstream, or neither")
+	case c.Proxy.Listen == "" && c.Proxy.Upstream != "":
+		v.add("proxy.listen", "", "is empty while proxy.upstream is set", "set both proxy.listen and proxy.upstream, or neither")
+	}
+	if c.Proxy.Listen != "" && c.Proxy.Listen == c.HTTP.Listen {
+		v.add("proxy.listen", c.Proxy.Listen, "is also http.listen", "use a TCP address of its own")
+	}
+	v.intRange("proxy.sample_every", c.Proxy.SampleEvery, 1, 1_000_000)
+
+	v.dialAddr("monitor.addr", c.Monitor.Addr, false)
+	v.intRange("monitor.sample_every", c.Monitor.SampleEvery, 1, 1_000_000)
+
+	for _, r := range c.Auth.Token {
+		if r < 0x21 || r > 0x7e {
+			v.add("auth.token", secret{}, "contains a space, a control character or non-ASCII", "use printable ASCII without spaces")
+			break
+		}
+	}
+
+	d := c.Detector
+	if d.Window < minTick || d.Window > time.Hour {
+		v.add("detector.window", d.Window, "is out of range", "use a duration between 10ms and 1h")
+	}
+	v.intRange("detector.ticks", d.Ticks, 1, 1000)
+	if d.Ticks >= 1 && d.Window >= minTick && d.Window/time.Duration(d.Ticks) < minTick {
+		v.add("detector.ticks", d.Ticks,
+			fmt.Sprintf("makes ticks of %v (detector.window %v / %d)", d.Window/time.Duration(d.Ticks), d.Window, d.Ticks),
+			fmt.Sprintf("use at most %d ticks, so that each tick lasts at least %v", d.Window/minTick, minTick))
+	}
+	v.intRange("detector.topk", d.TopK, 1, 10000)
+	v.powerOfTwo("detector.width", d.Width, 64, 1<<24)
+	v.intRange("detector.depth", d.Depth, 1, 16)
+	v.powerOfTwo("detector.shards", d.Shards, 1, 256)
+
+	v.intRange("limits.max_key_bytes", c.Limits.MaxKeyBytes, 8, 65536)
+	v.intRange("limits.max_samples_per_report", c.Limits.MaxSamplesPerReport, 1, 1_000_000)
+
+	h := c.Hot
+	v.rate("hot.read.rate", h.Read.Rate, false)
+	v.share("hot.read.share", h.Read.Share, false)
+	v.rate("hot.write.rate", h.Write.Rate, false)
+	v.share("hot.write.share", h.Write.Share, false)
+	if !(h.MinRate >= 0) || math.IsInf(h.MinRate, 0) {
+		v.add("hot.min_rate", h.MinRate, "is out of range", "use a rate in requests per second ≥ 0")
+	}
+	if !(h.CoolRatio > 0 && h.CoolRatio < 1) {
+		v.add("hot.cool_ratio", h.CoolRatio, "is out of range", "use a fraction in (0, 1)")
+	}
+	v.intRange("hot.cool_ticks", h.CoolTicks, 1, 10000)
+	patterns := make(map[string]int, len(h.Overrides))
+	for i, o := range h.Overrides {
+		key := fmt.Sprintf("hot.overrides[%d]", i)
+		switch star := strings.IndexByte(o.Pattern, '*'); {
+		case o.Pattern == "":
+			v.add(key+".pattern", "", "is empty", `use an exact key, or a prefix ending in "*" like "score:*"`)
+		case star >= 0 && star != len(o.Pattern)-1:
+			v.add(key+".pattern", o.Pattern, `has a "*" before its end`, `use an exact key, or a prefix ending in "*" like "score:*"`)
+		}
+		if j, dup := patterns[o.Pattern]; dup && o.Pattern != "" {
+			v.add(key+".pattern", o.Pattern, fmt.Sprintf("is also the pattern of hot.overrides[%d]", j), "give each pattern one override")
+		}
+		patterns[o.Pattern] = i
+		v.rate(key+".read_rate", o.ReadRate, true)
+		v.share(key+".read_share", o.ReadShare, true)
+		v.rate(key+".write_rate", o.WriteRate, true)
+		v.share(key+".write_share", o.WriteShare, true)
+		if o.ReadRate == 0 && o.ReadShare == 0 && o.WriteRate == 0 && o.WriteShare == 0 {
+			v.add(key, o.Pattern, "sets no threshold", "set at least one of read_rate, read_share, write_rate, write_share")
+		}
+	}
+
+	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	v.oneOf("log.format", c.Log.Format, "text", "json")
+
+	return errors.Join(v.errs...)
+}
+
+// redacted stands for the value of auth.token wherever it would be shown.
+const redacted = "***"
+
+// secret is a value that show prints as redacted.
+type secret struct{}
+
+// validator collects the problems of one Validate call.
+type validator struct {
+	errs []error
+}
+
+// add records "key: value problem; allowed".
+func (v *validator) add(key string, value any, problem, allowed string) {
+	v.errs = append(v.errs, fmt.Errorf("%s: %s %s; %s", key, show(value), problem, allowed))
+}
+
+// show formats a value the way a user would write it in the file.
+func show(value any) string {
+	switch x := value.(type) {
+	case secret:
+		return redacted
+	case string:
+		return strconv.Quote(x)
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	case time.Duration:
+		return x.String()
+	}
+	return fmt.Sprint(value)
+}
+
+func (v *validator) intRange(key string, n, lo, hi int) {
+	if n < lo || n > hi {
+		v.add(key, n, "is out of range", fmt.Sprintf("use an integer between %d and %d", lo, hi))
+	}
+}
+
+func (v *validator) powerOfTwo(key string, n, lo, hi int) {
+	allowed := fmt.Sprintf("use a power of two between %d and %d", lo, hi)
+	switch {
+	case n <= 0 || n&(n-1) != 0:
+		v.add(key, n, "is not a power of two", allowed)
+	case n < lo || n > hi:
+		v.add(key, n, "is out of range", allowed)
+	}
+}
+
+// rate checks a rate in requests per second: > 0, or also 0 when zero means "inherit".
+func (v *validator) rate(key string, r float64, zeroInherits bool) {
+	if zeroInherits && r == 0 {
+		return
+	}
+	if !(r > 0) || math.IsInf(r, 0) {
+		allowed := "use a rate in requests per second > 0"
+		if zeroInherits {
+			allowed += ", or 0 to inherit the default"
+		}
+		v.add(key, r, "is out of range", allowed)
+	}
+}
+
+// share checks a fraction of the traffic in (0, 1], or also 0 when zero means "inherit".
+func (v *validator) share(key string, s float64, zeroInherits bool) {
+	if zeroInherits && s == 0 {
+		return
+	}
+	if !(s > 0 && s <= 1) {
+		allowed := "use a fraction in (0, 1]"
+		if zeroInherits {
+			allowed += ", or 0 to inherit the default"
+		}
+		v.add(key, s, "is out of range", allowed)
+	}
+}
+
+func (v *validator) oneOf(key, s string, allowed ...string) {
+	for _, a := range allowed {
+		if s == a {
+			return
+		}
+	}
+	v.add(key, s, "is not allowed", "use one of "+strings.Join(allowed, ", "))
+}
+
+// listenAddr checks an address to listen on: host:port with an empty host meaning all
+// interfaces and port 0 meaning any free port. Empty is allowed unless required.
+func (v *validator) listenAddr(key, addr string, required bool) {
+	v.hostPort(key, addr, required, false)
+}
+
+// dialAddr checks an address to connect to: host:port with a host and a port 1..65535.
+// Empty is allowed unless required.
+func (v *validator) dialAddr(key, addr string, required bool) {
+	v.hostPort(key, addr, required, true)
+}
+
+func (v *validator) hostPort(key, addr string, required, dial bool) {
+	allowed := "use host:port, like 127.0.0.1:9736 or :9736"
+	if dial {
+		allowed = "use host:port, like 127.0.0.1:6379"
+	}
+	if addr == "" {
+		if required {
+			v.add(key, addr, "is empty", allowed)
+		}
+		return
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.add(key, addr, "is not host:port", allowed)
+		return
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	switch {
+	case err != nil || (dial && p == 0):
+		low := "0"
+		if dial {
+			low = "1"
+		}
+		v.add(key, addr, "has no valid port", fmt.Sprintf("use a port between %s and 65535", low))
+	case dial && host == "":
+		v.add(key, addr, "has no host", allowed)
+	case strings.ContainsAny(host, " \t\r\n/"):
+		v.add(key, addr, "has an invalid host", allowed)
+	}
+}
