@@ -44,9 +44,9 @@ type Options struct {
 	HashKeys bool
 	// History is how many one-second points of rate history a key keeps. Default: 60.
 	History int
-	// Sources are extra sample sources (the proxy tap, MONITOR), started by Run and
-	// closed when it ends. They must send their samples to the agent (Sink).
-	Sources []Source
+	// Sources build extra sample sources (the proxy tap, MONITOR) that send to the agent;
+	// New calls each with the agent as the sink, Run serves them and closes them at the end.
+	Sources []NewSource
 	// Registry receives the agent's metrics. Default: a new registry (see Registry).
 	Registry *prometheus.Registry
 	// Logger receives structured logs. Default: slog.Default().
@@ -61,6 +61,9 @@ type Source interface {
 	Close() error
 }
 
+// NewSource builds a Source that hands its samples to sink.
+type NewSource func(sink sampler.Sink) (Source, error)
+
 // Agent is the hotkeyd service. See the package doc.
 type Agent struct {
 	opts     Options
@@ -70,6 +73,7 @@ type Agent struct {
 	log      *slog.Logger
 	now      func() time.Time
 	udp      *sampler.UDPServer
+	sources  []Source
 	http     *http.Server
 	httpLn   net.Listener
 	view     atomic.Pointer[view]
@@ -124,6 +128,14 @@ func New(o Options) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("agent: udp: %w", err)
 		}
+	}
+	for i, newSource := range o.Sources {
+		src, err := newSource(a)
+		if err != nil {
+			a.closeListeners()
+			return nil, fmt.Errorf("agent: source %d: %w", i, err)
+		}
+		a.sources = append(a.sources, src)
 	}
 	if o.HTTPListen != "" {
 		if a.httpLn, err = net.Listen("tcp", o.HTTPListen); err != nil {
@@ -209,7 +221,7 @@ func (a *Agent) Drop(source, reason string, n int) { a.metrics.dropped(source, r
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 2+len(a.opts.Sources))
+	errc := make(chan error, 2+len(a.sources))
 	var wg sync.WaitGroup
 	start := func(name string, serve func(context.Context) error) {
 		wg.Go(func() {
@@ -223,7 +235,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.udp != nil {
 		start("udp", a.udp.Serve)
 	}
-	for i, s := range a.opts.Sources {
+	for i, s := range a.sources {
 		start(fmt.Sprintf("source %d", i), s.Serve)
 	}
 	if a.http != nil {
@@ -263,11 +275,6 @@ func (a *Agent) shutdown() {
 				a.log.Warn("http shutdown", "err", err)
 			}
 		}
-		for _, s := range a.opts.Sources {
-			if err := s.Close(); err != nil {
-				a.log.Warn("closing a source", "err", err)
-			}
-		}
 		a.closeListeners()
 	})
 }
@@ -275,6 +282,11 @@ func (a *Agent) shutdown() {
 func (a *Agent) closeListeners() {
 	if a.udp != nil {
 		a.udp.Close()
+	}
+	for _, s := range a.sources {
+		if err := s.Close(); err != nil {
+			a.log.Warn("closing a source", "err", err)
+		}
 	}
 	if a.httpLn != nil && a.http == nil {
 		a.httpLn.Close()

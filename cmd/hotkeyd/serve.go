@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/agent"
+	"github.com/hotkeyd/hotkeyd/config"
+	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/sampler"
+)
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("serve", stderr)
+	config.RegisterFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: hotkeyd serve [--config FILE] [flags]\n\nEvery config key can also be set as HOTKEYD_<KEY> (see config/example.yaml).\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(config.LoadOptions{Flags: fs})
+	if err != nil {
+		return err
+	}
+	if config.PrintConfig(fs) {
+		b, err := cfg.YAML()
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(b)
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	opts, err := agentOptions(cfg, log)
+	if err != nil {
+		return err
+	}
+	a, err := agent.New(opts)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// agentOptions turns the configuration into the agent's options, sources included.
+func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
+	rules := detector.Rules{
+		Read:      detector.Threshold(cfg.Hot.Read),
+		Write:     detector.Threshold(cfg.Hot.Write),
+		MinRate:   cfg.Hot.MinRate,
+		CoolRatio: cfg.Hot.CoolRatio,
+		CoolTicks: cfg.Hot.CoolTicks,
+	}
+	for _, o := range cfg.Hot.Overrides {
+		rules.Overrides = append(rules.Overrides, detector.Override{
+			Pattern: o.Pattern,
+			Read:    detector.Threshold{Rate: o.ReadRate, Share: o.ReadShare},
+			Write:   detector.Threshold{Rate: o.WriteRate, Share: o.WriteShare},
+		})
+	}
+	d := cfg.Detector
+	opts := agent.Options{
+		Detector: detector.Options{
+			Width:  d.Width,
+			Depth:  d.Depth,
+			Tick:   d.Window / time.Duration(d.Ticks),
+			Ticks:  d.Ticks,
+			K:      d.TopK,
+			Shards: d.Shards,
+		},
+		Rules:               &rules,
+		HTTPListen:          cfg.HTTP.Listen,
+		UDPListen:           cfg.UDP.Listen,
+		UDPReaders:          cfg.UDP.Readers,
+		AuthToken:           cfg.Auth.Token,
+		MaxKeyBytes:         cfg.Limits.MaxKeyBytes,
+		MaxBodyBytes:        int64(cfg.HTTP.MaxBodyBytes),
+		MaxSamplesPerReport: cfg.Limits.MaxSamplesPerReport,
+		HashKeys:            cfg.Metrics.HashKeys,
+		Logger:              log,
+	}
+	if cfg.Proxy.Listen != "" {
+		opts.Sources = append(opts.Sources, func(sink sampler.Sink) (agent.Source, error) {
+			return sampler.NewProxy(sampler.ProxyOptions{
+				Listen:      cfg.Proxy.Listen,
+				Upstream:    cfg.Proxy.Upstream,
+				SampleEvery: cfg.Proxy.SampleEvery,
+				MaxKeyBytes: cfg.Limits.MaxKeyBytes,
+				Sink:        sink,
+				Logger:      log,
+			})
+		})
+	}
+	return opts, nil
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(strings.ToUpper(c.Level)))
+	ho := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
+}
