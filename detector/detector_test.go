@@ -215,10 +215,11 @@ func TestConcurrent(t *testing.T) {
 	}
 }
 
-// TestFixedMemory feeds 10M distinct keys: the detector's heap does not grow with them.
+// TestFixedMemory feeds 10M distinct keys (1M under the race detector or -short): the
+// detector's heap does not grow with them.
 func TestFixedMemory(t *testing.T) {
 	n := 10_000_000
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		n = 1_000_000
 	}
 	d, _ := New(Options{})
