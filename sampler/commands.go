@@ -60,8 +60,12 @@ func LookupCommand(name []byte) (Command, bool) {
 	return c, ok
 }
 
-func rd(first, last, step int) Command { return Command{Op: OpRead, First: first, Last: last, Step: step} }
-func wr(first, last, step int) Command { return Command{Op: OpWrite, First: first, Last: last, Step: step} }
+func rd(first, last, step int) Command {
+	return Command{Op: OpRead, First: first, Last: last, Step: step}
+}
+func wr(first, last, step int) Command {
+	return Command{Op: OpWrite, First: first, Last: last, Step: step}
+}
 
 var (
 	one      = rd(1, 1, 1)  // a read of the key in args[1]

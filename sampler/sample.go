@@ -40,8 +40,9 @@ type Sample struct {
 	Key []byte
 	// Op is OpRead or OpWrite.
 	Op Op
-	// Counter marks a write of the INCR family (INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT,
-	// HINCRBY, …), which the mitigation rules treat apart from other writes.
+	// Counter marks a write of the INCR family on strings (INCR, INCRBY, DECR, DECRBY),
+	// which the mitigation rules treat apart from other writes: such a key can be spread
+	// over sub-counters or have its increments batched.
 	Counter bool
 	// Count is how many sampled requests this sample stands for; 0 is read as 1.
 	Count uint32

@@ -1,0 +1,617 @@
+package sampler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ProxyOptions configure a Proxy. Only Sink must be set; the zero value of every other
+// field picks its default.
+type ProxyOptions struct {
+	// Listen is the TCP address clients connect to. Default "127.0.0.1:0", a free port
+	// that Addr reports.
+	Listen string
+	// Upstream is the Redis server's address. Default "127.0.0.1:6379".
+	Upstream string
+	// SampleEvery samples one command in SampleEvery, at random (a Bernoulli draw per
+	// command, made with one random number per sample). 1 samples every command.
+	// Default 100.
+	SampleEvery int
+	// Source names the samples' source in every Batch. Default "proxy".
+	Source string
+	// Sink receives the samples. Required.
+	Sink Sink
+	// BufferSize is the size of each connection's two forwarding buffers, the most bytes
+	// one read moves. Default 64 KiB.
+	BufferSize int
+	// BatchSize is how many samples a Batch holds at most. Default 256.
+	BatchSize int
+	// FlushInterval is how long a sample may wait for its batch to fill before the batch
+	// is handed to the Sink anyway. Default 100ms.
+	FlushInterval time.Duration
+	// DialTimeout bounds connecting to Upstream. Default 5s.
+	DialTimeout time.Duration
+	// MaxKeyBytes is the longest key sampled; a longer key is counted as a drop with
+	// reason DropTooLarge. Default 512.
+	MaxKeyBytes int
+	// Seed seeds the sampling draws; each connection mixes in its sequence number.
+	// Default 0.
+	Seed uint64
+	// Logger receives connection errors at debug level and accept errors at warn level.
+	// Default: none.
+	Logger *slog.Logger
+}
+
+// Proxy defaults.
+const (
+	DefaultProxyListen        = "127.0.0.1:0"
+	DefaultProxyUpstream      = "127.0.0.1:6379"
+	DefaultProxySampleEvery   = 100
+	DefaultProxySource        = "proxy"
+	DefaultProxyBufferSize    = 64 << 10
+	DefaultProxyBatchSize     = 256
+	DefaultProxyFlushInterval = 100 * time.Millisecond
+	DefaultProxyDialTimeout   = 5 * time.Second
+	DefaultProxyMaxKeyBytes   = 512
+)
+
+// proxyBatches is how many batch buffers a Proxy cycles through; when all are waiting
+// for the Sink, new samples are dropped as DropOverload.
+const proxyBatches = 4
+
+// Proxy is the RESP proxy tap: a TCP proxy in front of one Redis server that forwards
+// bytes in both directions untouched and samples the commands clients send.
+//
+// Forwarding never waits for sampling. Each connection has two goroutines, one per
+// direction, each with its own buffer. The client-to-server goroutine writes what it read
+// upstream first and only then parses its copy, so parsing overlaps the server's work
+// instead of adding to the request's latency. Because bytes pass verbatim, everything
+// Redis speaks works through the proxy: pipelining, AUTH and SELECT, blocking commands,
+// MULTI/EXEC, pub/sub, MONITOR. Bytes that do not parse as RESP stop the sampling of that
+// connection (one DropMalformed) and are still forwarded; Redis itself closes such a
+// connection.
+//
+// Samples go to the Sink in batches from one goroutine, at most BatchSize at a time or
+// every FlushInterval. A Sink that cannot keep up makes the proxy drop samples
+// (DropOverload), never slow down forwarding.
+//
+// A Proxy is safe for concurrent use.
+type Proxy struct {
+	ln       net.Listener
+	upstream string
+	every    int
+	logq     float64 // log(1 - 1/every), for the geometric draws
+	source   string
+	sink     Sink
+	bufSize  int
+	maxKey   int
+	interval time.Duration
+	dialer   net.Dialer
+	seed     uint64
+	log      *slog.Logger
+	batches  *proxyBatcher
+
+	ctx    context.Context // cancelled by Close; bounds dials
+	cancel context.CancelFunc
+
+	mu      sync.Mutex // guards closed, serving, conns and the Adds to wg and flushWG
+	closed  bool
+	serving bool
+	conns   map[*proxyConn]struct{}
+	wg      sync.WaitGroup // connection goroutines
+	flushWG sync.WaitGroup // the flusher
+
+	nconn     atomic.Uint64 // connections accepted, for seeding
+	closeOnce sync.Once
+	stop      chan struct{} // closed by Close after the connections are gone; stops the flusher
+}
+
+// NewProxy validates o and starts listening on o.Listen; Serve then accepts clients.
+func NewProxy(o ProxyOptions) (*Proxy, error) {
+	if o.Sink == nil {
+		return nil, errors.New("sampler: ProxyOptions.Sink is nil: must be a Sink (SinkFunc adapts a function)")
+	}
+	if o.SampleEvery < 0 {
+		return nil, fmt.Errorf("sampler: ProxyOptions.SampleEvery %d: must be ≥ 1, or 0 for the default %d",
+			o.SampleEvery, DefaultProxySampleEvery)
+	}
+	if o.BufferSize != 0 && (o.BufferSize < 512 || o.BufferSize > 16<<20) {
+		return nil, fmt.Errorf("sampler: ProxyOptions.BufferSize %d: must be between 512 and %d, or 0 for the default %d",
+			o.BufferSize, 16<<20, DefaultProxyBufferSize)
+	}
+	if o.BatchSize < 0 {
+		return nil, fmt.Errorf("sampler: ProxyOptions.BatchSize %d: must be ≥ 1, or 0 for the default %d",
+			o.BatchSize, DefaultProxyBatchSize)
+	}
+	if o.FlushInterval < 0 {
+		return nil, fmt.Errorf("sampler: ProxyOptions.FlushInterval %v: must be > 0, or 0 for the default %v",
+			o.FlushInterval, DefaultProxyFlushInterval)
+	}
+	if o.DialTimeout < 0 {
+		return nil, fmt.Errorf("sampler: ProxyOptions.DialTimeout %v: must be > 0, or 0 for the default %v",
+			o.DialTimeout, DefaultProxyDialTimeout)
+	}
+	if o.MaxKeyBytes < 0 || o.MaxKeyBytes > respMaxInline {
+		return nil, fmt.Errorf("sampler: ProxyOptions.MaxKeyBytes %d: must be between 1 and %d, or 0 for the default %d",
+			o.MaxKeyBytes, respMaxInline, DefaultProxyMaxKeyBytes)
+	}
+	p := &Proxy{
+		upstream: orDefault(o.Upstream, DefaultProxyUpstream),
+		every:    orDefault(o.SampleEvery, DefaultProxySampleEvery),
+		source:   orDefault(o.Source, DefaultProxySource),
+		sink:     o.Sink,
+		bufSize:  orDefault(o.BufferSize, DefaultProxyBufferSize),
+		maxKey:   orDefault(o.MaxKeyBytes, DefaultProxyMaxKeyBytes),
+		interval: orDefault(o.FlushInterval, DefaultProxyFlushInterval),
+		seed:     o.Seed,
+		log:      o.Logger,
+		conns:    make(map[*proxyConn]struct{}),
+		stop:     make(chan struct{}),
+	}
+	if _, _, err := net.SplitHostPort(p.upstream); err != nil {
+		return nil, fmt.Errorf("sampler: ProxyOptions.Upstream %q: must be host:port: %v", p.upstream, err)
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.logq = math.Log1p(-1 / float64(p.every))
+	p.dialer.Timeout = orDefault(o.DialTimeout, DefaultProxyDialTimeout)
+	p.batches = newProxyBatcher(orDefault(o.BatchSize, DefaultProxyBatchSize), p.maxKey)
+	ln, err := net.Listen("tcp", orDefault(o.Listen, DefaultProxyListen))
+	if err != nil {
+		return nil, fmt.Errorf("sampler: proxy: %w", err)
+	}
+	p.ln = ln
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	return p, nil
+}
+
+// orDefault returns v, or def when v is the zero value.
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Addr returns the address the proxy listens on.
+func (p *Proxy) Addr() net.Addr { return p.ln.Addr() }
+
+// Serve accepts clients until ctx is done or Close is called, then closes the proxy (as
+// Close does) and returns nil. It returns an error when accepting fails for good, and
+// when called a second time.
+func (p *Proxy) Serve(ctx context.Context) error {
+	p.mu.Lock()
+	if p.serving {
+		p.mu.Unlock()
+		return errors.New("sampler: Proxy.Serve called twice")
+	}
+	p.serving = true
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.flushWG.Add(1)
+	p.mu.Unlock()
+	go p.flusher()
+
+	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
+	defer stop()
+	var backoff time.Duration
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				_ = p.Close()
+				return nil
+			}
+			// Out of file descriptors and the like: wait and retry, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.log.Warn("proxy: accept", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-p.ctx.Done():
+				return nil
+			}
+		}
+		backoff = 0
+		pc := &proxyConn{p: p, client: c}
+		if !p.track(pc) {
+			_ = c.Close()
+			continue
+		}
+		go pc.run()
+	}
+}
+
+// Close stops accepting, closes every connection, hands the last samples to the Sink, and
+// waits until all the proxy's goroutines have returned. Later calls do nothing.
+func (p *Proxy) Close() error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		for pc := range p.conns {
+			pc.closeBoth()
+		}
+		p.mu.Unlock()
+		p.cancel()
+		_ = p.ln.Close()
+		p.wg.Wait()
+		close(p.stop) // no connection adds samples any more: the flusher takes the last
+		p.flushWG.Wait()
+	})
+	return nil
+}
+
+// track registers a connection and counts its goroutine; false when the proxy is closed.
+func (p *Proxy) track(pc *proxyConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[pc] = struct{}{}
+	p.wg.Add(1)
+	return true
+}
+
+func (p *Proxy) untrack(pc *proxyConn) {
+	p.mu.Lock()
+	delete(p.conns, pc)
+	p.mu.Unlock()
+}
+
+// setUpstream records a connection's upstream, or reports false when Close came first.
+func (p *Proxy) setUpstream(pc *proxyConn, up net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	pc.up = up
+	return true
+}
+
+// proxyConn is one client connection and its upstream connection.
+type proxyConn struct {
+	p      *Proxy
+	client net.Conn
+	up     net.Conn // set once dialled; guarded by p.mu until then
+
+	parser  *RESPParser
+	broken  bool // the stream did not parse; sampling stopped
+	rng     rand.PCG
+	skip    int      // commands until the next sample, this one included
+	pending []Sample // the samples of one command
+}
+
+// closeBoth closes both connections; called with p.mu held or after untrack.
+func (pc *proxyConn) closeBoth() {
+	_ = pc.client.Close()
+	if pc.up != nil {
+		_ = pc.up.Close()
+	}
+}
+
+func (pc *proxyConn) run() {
+	p := pc.p
+	defer p.wg.Done()
+	defer func() {
+		p.untrack(pc)
+		pc.closeBoth()
+	}()
+	up, err := p.dialer.DialContext(p.ctx, "tcp", p.upstream)
+	if err != nil {
+		p.log.Debug("proxy: dial upstream", "upstream", p.upstream, "err", err)
+		return
+	}
+	if !p.setUpstream(pc, up) {
+		_ = up.Close()
+		return
+	}
+	setNoDelay(pc.client)
+	setNoDelay(up)
+
+	n := p.nconn.Add(1)
+	pc.rng.Seed(p.seed, n*0x9e3779b97f4a7c15)
+	pc.parser, _ = NewRESPParser(RESPOptions{MaxArgBytes: p.maxKey})
+	pc.skip = pc.draw()
+
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		pc.toClient()
+	}()
+	pc.toServer()
+	<-back
+}
+
+func setNoDelay(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+}
+
+// toServer forwards client to server and samples its copy of the bytes.
+func (pc *proxyConn) toServer() {
+	buf := make([]byte, pc.p.bufSize)
+	for {
+		n, err := pc.client.Read(buf)
+		if n > 0 {
+			if _, werr := pc.up.Write(buf[:n]); werr != nil {
+				pc.p.log.Debug("proxy: write upstream", "err", werr)
+				pc.closeBoth()
+				return
+			}
+			pc.parse(buf[:n])
+		}
+		if err != nil {
+			if err == io.EOF {
+				// The client is done sending; let the server finish its replies, after
+				// which it closes and toClient closes everything.
+				if tc, ok := pc.up.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+					return
+				}
+			}
+			pc.closeBoth()
+			return
+		}
+	}
+}
+
+// toClient forwards server to client untouched.
+func (pc *proxyConn) toClient() {
+	buf := make([]byte, pc.p.bufSize)
+	for {
+		n, err := pc.up.Read(buf)
+		if n > 0 {
+			if _, werr := pc.client.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	pc.closeBoth()
+}
+
+// draw returns how many commands to count before the next sample, that one included: a
+// geometric variable with mean SampleEvery, so every command is sampled independently
+// with probability 1/SampleEvery.
+func (pc *proxyConn) draw() int {
+	if pc.p.every == 1 {
+		return 1
+	}
+	u := (float64(pc.rng.Uint64()>>11) + 1) / (1 << 53) // in (0, 1]
+	k := 1 + math.Floor(math.Log(u)/pc.p.logq)
+	if k > 1<<30 {
+		return 1 << 30
+	}
+	return int(k)
+}
+
+// parse feeds a copy of forwarded bytes to the parser and samples the commands it
+// completes.
+func (pc *proxyConn) parse(data []byte) {
+	if pc.broken {
+		return
+	}
+	ps := pc.parser
+	ps.Feed(data)
+	for {
+		if pc.skip > 1 {
+			if !ps.Skip() {
+				break
+			}
+			pc.skip--
+			continue
+		}
+		if !ps.Next() {
+			break
+		}
+		pc.skip = pc.draw()
+		pc.sample(ps)
+	}
+	if err := ps.Err(); err != nil {
+		pc.broken = true
+		pc.p.sink.Drop(pc.p.source, DropMalformed, 1)
+		pc.p.log.Debug("proxy: stopped sampling a connection", "client", pc.client.RemoteAddr(), "err", err)
+	}
+}
+
+// sample turns the command in ps into one Sample per key and hands them on.
+func (pc *proxyConn) sample(ps *RESPParser) {
+	pending, tooLarge := appendKeySamples(pc.pending[:0], ps.Args(), ps.sizes, ps.NArgs())
+	pc.pending = pending
+	if tooLarge > 0 {
+		pc.p.sink.Drop(pc.p.source, DropTooLarge, tooLarge)
+	}
+	if len(pending) > 0 {
+		if dropped := pc.p.batches.add(pending); dropped > 0 {
+			pc.p.sink.Drop(pc.p.source, DropOverload, dropped)
+		}
+	}
+}
+
+// appendKeySamples appends one Sample per key of the command in args, whose full sizes
+// are in sizes (an argument may have been kept only in part) and which had nargs
+// arguments in all. Keys kept only in part are not sampled; tooLarge counts them, plus
+// one when arguments past those kept were lost. Bytes is the size of the value written
+// when that is plain from the arguments: the value after each key of MSET, the arguments
+// after the key of a single-key write (SET key value, LPUSH key a b); 0 otherwise.
+func appendKeySamples(dst []Sample, args [][]byte, sizes []int64, nargs int) (out []Sample, tooLarge int) {
+	if len(args) == 0 {
+		return dst, 0
+	}
+	cmd, ok := LookupCommand(args[0])
+	if !ok {
+		return dst, 0
+	}
+	first, last, step, ok := cmd.KeyRange(args)
+	if !ok {
+		return dst, 0
+	}
+	if nargs > len(args) {
+		tooLarge++ // keys past the kept arguments are lost
+	}
+	for i := first; i <= last; i += step {
+		if sizes[i] > int64(len(args[i])) {
+			tooLarge++
+			continue
+		}
+		var size int64
+		switch {
+		case step == 2 && i+1 < len(args):
+			size = sizes[i+1] // MSET key value …
+		case cmd.Op == OpWrite && !cmd.Counter && cmd.NumKeysAt == 0 && cmd.First == cmd.Last:
+			for j := last + 1; j < len(args); j++ {
+				size += sizes[j] // SET key value, LPUSH key a b …
+			}
+		}
+		dst = append(dst, Sample{
+			Key: args[i], Op: cmd.Op, Counter: cmd.Counter, Count: 1,
+			Bytes: uint32(min(size, math.MaxUint32)),
+		})
+	}
+	return dst, tooLarge
+}
+
+// flusher hands full batches to the Sink, and partial ones every FlushInterval, until
+// Close; then it hands over what is left.
+func (p *Proxy) flusher() {
+	defer p.flushWG.Done()
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for {
+		select {
+		case b := <-p.batches.full:
+			p.deliver(b)
+		case <-t.C:
+			if b := p.batches.take(); b != nil {
+				p.deliver(b)
+			}
+		case <-p.stop:
+			for {
+				select {
+				case b := <-p.batches.full:
+					p.deliver(b)
+					continue
+				default:
+				}
+				break
+			}
+			if b := p.batches.take(); b != nil {
+				p.deliver(b)
+			}
+			return
+		}
+	}
+}
+
+func (p *Proxy) deliver(b *proxyBatch) {
+	b.fix()
+	p.sink.Accept(Batch{Source: p.source, Rate: 1 / float64(p.every), Samples: b.samples})
+	p.batches.recycle(b)
+}
+
+// proxyBatch is a batch being filled: samples whose keys are copied into keys.
+type proxyBatch struct {
+	samples []Sample
+	ends    []int // end of each sample's key in keys
+	keys    []byte
+}
+
+// fix points every sample's Key into keys, which may have moved as it grew.
+func (b *proxyBatch) fix() {
+	start := 0
+	for i, end := range b.ends {
+		b.samples[i].Key = b.keys[start:end:end]
+		start = end
+	}
+}
+
+// proxyBatcher gathers the samples of all connections into batches.
+type proxyBatcher struct {
+	size int
+	free chan *proxyBatch // empty batches
+	full chan *proxyBatch // batches for the flusher
+
+	mu  sync.Mutex // guards cur
+	cur *proxyBatch
+}
+
+func newProxyBatcher(size, maxKey int) *proxyBatcher {
+	pb := &proxyBatcher{
+		size: size,
+		free: make(chan *proxyBatch, proxyBatches),
+		full: make(chan *proxyBatch, proxyBatches),
+	}
+	for range proxyBatches {
+		pb.free <- &proxyBatch{
+			samples: make([]Sample, 0, size),
+			ends:    make([]int, 0, size),
+			keys:    make([]byte, 0, size*min(maxKey, 64)),
+		}
+	}
+	return pb
+}
+
+// add copies samples into the current batch, passes it on when full, and returns how
+// many samples it had to drop because every batch is waiting for the Sink.
+func (pb *proxyBatcher) add(samples []Sample) (dropped int) {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	for i, s := range samples {
+		if pb.cur == nil {
+			select {
+			case pb.cur = <-pb.free:
+			default:
+				return len(samples) - i
+			}
+		}
+		b := pb.cur
+		b.keys = append(b.keys, s.Key...)
+		s.Key = nil
+		b.samples = append(b.samples, s)
+		b.ends = append(b.ends, len(b.keys))
+		if len(b.samples) >= pb.size {
+			pb.full <- b // never blocks: it has room for every batch
+			pb.cur = nil
+		}
+	}
+	return 0
+}
+
+// take removes and returns the current batch when it holds samples.
+func (pb *proxyBatcher) take() *proxyBatch {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	b := pb.cur
+	if b == nil || len(b.samples) == 0 {
+		return nil
+	}
+	pb.cur = nil
+	return b
+}
+
+// recycle empties a delivered batch and returns it to the free list.
+func (pb *proxyBatcher) recycle(b *proxyBatch) {
+	clear(b.samples) // drop the key references
+	b.samples, b.ends, b.keys = b.samples[:0], b.ends[:0], b.keys[:0]
+	pb.free <- b // never blocks: it has room for every batch
+}

@@ -1,0 +1,88 @@
+package sampler
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// newTestProxyConn returns a connection of a proxy that is never served, for driving
+// parse and sample directly.
+func newTestProxyConn(t testing.TB, every int) *proxyConn {
+	t.Helper()
+	p, err := NewProxy(ProxyOptions{SampleEvery: every, Sink: SinkFunc(func(Batch) {})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	pc := &proxyConn{p: p}
+	pc.parser, _ = NewRESPParser(RESPOptions{MaxArgBytes: p.maxKey})
+	pc.skip = pc.draw()
+	return pc
+}
+
+// flushTestBatches delivers whatever the batcher holds, as the flusher would.
+func flushTestBatches(p *Proxy) {
+	for {
+		select {
+		case b := <-p.batches.full:
+			p.deliver(b)
+			continue
+		default:
+		}
+		break
+	}
+	if b := p.batches.take(); b != nil {
+		p.deliver(b)
+	}
+}
+
+func TestProxySampleAllocs(t *testing.T) {
+	for _, every := range []int{1, 100} {
+		pc := newTestProxyConn(t, every)
+		stream := []byte(strings.Repeat(respCmd("SET", "key:000000001", "xxx")+respCmd("MGET", "a", "b", "c"), 50))
+		run := func() {
+			pc.parse(stream)
+			flushTestBatches(pc.p)
+		}
+		run()
+		if n := testing.AllocsPerRun(100, run); n != 0 {
+			t.Errorf("SampleEvery %d: allocs per run %v; want 0", every, n)
+		}
+	}
+}
+
+var proxySinkN int
+
+// BenchmarkProxyParse measures the proxy's per-command work on the client-to-server copy
+// (parse, sampling draw, samples into batches), in 16 KiB reads, at the default 1 in 100
+// and at 1 in 1; the naive baseline is the allocating line splitter of BenchmarkRESP.
+func BenchmarkProxyParse(b *testing.B) {
+	one := respCmd("SET", "key:000000001", "xxx") + respCmd("GET", "key:000000001")
+	stream := []byte(strings.Repeat(one, 1000))
+	const cmds = 2000
+	for _, every := range []int{100, 1} {
+		b.Run(fmt.Sprintf("every=%d", every), func(b *testing.B) {
+			pc := newTestProxyConn(b, every)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(stream)))
+			for b.Loop() {
+				for i := 0; i < len(stream); i += 16 << 10 {
+					pc.parse(stream[i:min(i+16<<10, len(stream))])
+				}
+				flushTestBatches(pc.p)
+			}
+			proxySinkN += int(pc.parser.Offset())
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*cmds), "ns/cmd")
+		})
+	}
+	b.Run("naive", func(b *testing.B) {
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			n += naiveRESP(stream)
+		}
+		proxySinkN += n
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*cmds), "ns/cmd")
+	})
+}

@@ -1,0 +1,613 @@
+package sampler_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+	"github.com/hotkeyd/hotkeyd/sampler"
+)
+
+// recordSink keeps copies of everything a source sends it.
+type recordSink struct {
+	mu      sync.Mutex // guards the fields below
+	samples []recorded
+	batches int
+	rates   map[float64]int
+	sources map[string]int
+	drops   map[string]int
+}
+
+type recorded struct {
+	key     string
+	op      sampler.Op
+	counter bool
+	bytes   uint32
+	count   uint32
+}
+
+func newRecordSink() *recordSink {
+	return &recordSink{rates: map[float64]int{}, sources: map[string]int{}, drops: map[string]int{}}
+}
+
+func (s *recordSink) Accept(b sampler.Batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches++
+	s.rates[b.Rate]++
+	s.sources[b.Source]++
+	for _, x := range b.Samples {
+		s.samples = append(s.samples, recorded{string(x.Key), x.Op, x.Counter, x.Bytes, x.Count})
+	}
+}
+
+func (s *recordSink) Drop(source, reason string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drops[reason] += n
+}
+
+// find returns the samples of key.
+func (s *recordSink) find(key string) []recorded {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []recorded
+	for _, x := range s.samples {
+		if x.key == key {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (s *recordSink) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.samples)
+}
+
+func (s *recordSink) drop(reason string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drops[reason]
+}
+
+// waitFor polls cond until it holds or 5 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// startProxy starts a proxy in front of upstream and closes it when the test ends,
+// checking that Serve returns nil.
+func startProxy(t *testing.T, o sampler.ProxyOptions) *sampler.Proxy {
+	t.Helper()
+	p, err := sampler.NewProxy(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(context.Background()) }()
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Errorf("Serve: got %v; want nil", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("Serve did not return after Close")
+		}
+	})
+	return p
+}
+
+func TestProxyCommands(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Password: "pw"})
+	sink := newRecordSink()
+	p := startProxy(t, sampler.ProxyOptions{
+		Upstream: srv.Addr(), SampleEvery: 1, Sink: sink, FlushInterval: 10 * time.Millisecond,
+	})
+	ctx := context.Background()
+	// DB 3 makes go-redis send AUTH and SELECT on every new connection.
+	viaProxy := redis.NewClient(&redis.Options{Addr: p.Addr().String(), Password: "pw", DB: 3})
+	defer viaProxy.Close()
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "pw", DB: 3})
+	defer direct.Close()
+
+	t.Run("auth required", func(t *testing.T) {
+		noAuth := redis.NewClient(&redis.Options{Addr: p.Addr().String(), MaxRetries: -1})
+		defer noAuth.Close()
+		err := noAuth.Get(ctx, "x").Err()
+		if err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+			t.Fatalf("GET without AUTH: got %v; want NOAUTH", err)
+		}
+	})
+
+	t.Run("pipeline", func(t *testing.T) {
+		cmds, err := viaProxy.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			pl.Set(ctx, "p:str", "hello", 0)
+			pl.Get(ctx, "p:str")
+			pl.Incr(ctx, "p:n")
+			pl.IncrBy(ctx, "p:n", 41)
+			pl.MSet(ctx, "p:a", "1", "p:b", "22")
+			pl.MGet(ctx, "p:a", "p:b", "p:none")
+			pl.Del(ctx, "p:a")
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cmds[1].(*redis.StringCmd).Val(); got != "hello" {
+			t.Errorf("GET p:str: got %q; want hello", got)
+		}
+		if got := cmds[3].(*redis.IntCmd).Val(); got != 42 {
+			t.Errorf("INCRBY p:n: got %d; want 42", got)
+		}
+		if got := fmt.Sprint(cmds[5].(*redis.SliceCmd).Val()); got != "[1 22 <nil>]" {
+			t.Errorf("MGET: got %s; want [1 22 <nil>]", got)
+		}
+		// SELECT 3 took effect: the keys are in DB 3, as seen directly.
+		if got, err := direct.Get(ctx, "p:n").Result(); err != nil || got != "42" {
+			t.Errorf("direct GET p:n in DB 3: got %q, %v; want 42", got, err)
+		}
+	})
+
+	t.Run("blpop", func(t *testing.T) {
+		got := make(chan []string, 1)
+		go func() {
+			v, err := viaProxy.BLPop(ctx, 5*time.Second, "p:queue").Result()
+			if err != nil {
+				v = []string{err.Error()}
+			}
+			got <- v
+		}()
+		// Push once the BLPOP is blocked on the server.
+		waitFor(t, "BLPOP to block", func() bool {
+			info, _ := direct.Info(ctx, "clients").Result()
+			return strings.Contains(info, "blocked_clients:1")
+		})
+		if err := direct.RPush(ctx, "p:queue", "job").Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case v := <-got:
+			if fmt.Sprint(v) != "[p:queue job]" {
+				t.Fatalf("BLPOP: got %v; want [p:queue job]", v)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("BLPOP did not return")
+		}
+	})
+
+	t.Run("pubsub", func(t *testing.T) {
+		sub := viaProxy.Subscribe(ctx, "p:chan")
+		defer sub.Close()
+		if _, err := sub.Receive(ctx); err != nil { // the subscription confirmation
+			t.Fatal(err)
+		}
+		if err := direct.Publish(ctx, "p:chan", "news").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		msg, err := sub.ReceiveMessage(rctx)
+		if err != nil || msg.Payload != "news" {
+			t.Fatalf("message: got %v, %v; want news", msg, err)
+		}
+	})
+
+	t.Run("multi exec", func(t *testing.T) {
+		cmds, err := viaProxy.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+			pl.Set(ctx, "p:tx", "a", 0)
+			pl.Append(ctx, "p:tx", "bc")
+			pl.Get(ctx, "p:tx")
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cmds[2].(*redis.StringCmd).Val(); got != "abc" {
+			t.Fatalf("GET in MULTI/EXEC: got %q; want abc", got)
+		}
+	})
+
+	t.Run("samples", func(t *testing.T) {
+		tests := []struct {
+			key     string
+			op      sampler.Op
+			counter bool
+			n       int // samples at least
+			bytes   uint32
+		}{
+			{"p:str", sampler.OpWrite, false, 1, 5}, // SET p:str hello
+			{"p:n", sampler.OpWrite, true, 2, 0},    // INCR, INCRBY
+			{"p:b", sampler.OpWrite, false, 1, 2},   // MSET p:a 1 p:b 22
+			{"p:none", sampler.OpRead, false, 1, 0}, // MGET
+			{"p:queue", sampler.OpWrite, false, 1, 0},
+			{"p:tx", sampler.OpWrite, false, 3, 1}, // SET, APPEND, GET
+		}
+		for _, tt := range tests {
+			waitFor(t, "samples of "+tt.key, func() bool { return len(sink.find(tt.key)) >= tt.n })
+			got := sink.find(tt.key)
+			if got[0].op != tt.op || got[0].counter != tt.counter || got[0].bytes != tt.bytes || got[0].count != 1 {
+				t.Errorf("%s: got op %v counter %v bytes %d count %d; want op %v counter %v bytes %d count 1",
+					tt.key, got[0].op, got[0].counter, got[0].bytes, got[0].count, tt.op, tt.counter, tt.bytes)
+			}
+		}
+		// Commands without keys (AUTH, SELECT, PING, SUBSCRIBE, PUBLISH, MULTI) make no
+		// samples, and AUTH's password never becomes a key.
+		if got := sink.find("pw"); len(got) != 0 {
+			t.Errorf("samples of the password: got %d; want 0", len(got))
+		}
+		if got := sink.find("p:chan"); len(got) != 0 {
+			t.Errorf("samples of the channel: got %d; want 0", len(got))
+		}
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		if sink.rates[1] != sink.batches || sink.sources["proxy"] != sink.batches {
+			t.Errorf("batches: got rates %v sources %v; want all Rate 1, Source proxy", sink.rates, sink.sources)
+		}
+	})
+}
+
+// TestProxySampleRate checks that 1 in SampleEvery commands is sampled, and that the
+// batches say so.
+func TestProxySampleRate(t *testing.T) {
+	srv := redistest.Start(t)
+	sink := newRecordSink()
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), SampleEvery: 10, Sink: sink, Seed: 7})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr().String()})
+	defer c.Close()
+	ctx := context.Background()
+	const n = 20000
+	for i := 0; i < n; i += 1000 {
+		if _, err := c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for j := range 1000 {
+				pl.Get(ctx, "k"+strconv.Itoa((i+j)%100))
+			}
+			return nil
+		}); err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil { // flushes the last batch
+		t.Fatal(err)
+	}
+	// Binomial(20000, 0.1): mean 2000, standard deviation 42.
+	if got := sink.len(); math.Abs(float64(got)-n/10) > 5*math.Sqrt(n*0.1*0.9) {
+		t.Fatalf("samples: got %d; want 2000 ± 212", got)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.rates) != 1 || sink.rates[0.1] == 0 {
+		t.Fatalf("batch rates: got %v; want all 0.1", sink.rates)
+	}
+}
+
+// TestProxyRedisBenchmark runs redis-benchmark directly and through the proxy against
+// two fresh servers and checks that both end with the same data and command counts.
+func TestProxyRedisBenchmark(t *testing.T) {
+	direct, proxied := redistest.Start(t), redistest.Start(t)
+	sink := newRecordSink()
+	p := startProxy(t, sampler.ProxyOptions{Upstream: proxied.Addr(), SampleEvery: 100, Sink: sink})
+	const n = 10000
+	args := func(extra ...string) []string {
+		return append([]string{"-n", strconv.Itoa(n), "-r", "1000", "-c", "20", "-t", "set,get,incr,lpush,mset", "-q"}, extra...)
+	}
+	for _, pipeline := range []string{"1", "16"} {
+		redistest.RunBenchmark(t, direct.Addr(), args("-P", pipeline)...)
+		redistest.RunBenchmark(t, p.Addr().String(), args("-P", pipeline)...)
+	}
+	ctx := context.Background()
+	for _, srv := range []*redistest.Server{direct, proxied} {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		defer c.Close()
+		stats := commandCalls(t, c)
+		// Every request arrived exactly once: no loss, no duplicates.
+		for _, cmd := range []string{"set", "get", "incr", "lpush", "mset"} {
+			if stats[cmd] != 2*n {
+				t.Errorf("%s: cmdstat_%s calls %d; want %d", srv.Addr(), cmd, stats[cmd], 2*n)
+			}
+		}
+		// The INCRs went to counter:__rand_int__ keys; together they count every one.
+		if got := sumKeys(t, c, "counter*", func(k string) int64 { v, _ := c.Get(ctx, k).Int64(); return v }); got != 2*n {
+			t.Errorf("%s: sum of counters %d; want %d", srv.Addr(), got, 2*n)
+		}
+		if got := sumKeys(t, c, "mylist*", func(k string) int64 { return c.LLen(ctx, k).Val() }); got != 2*n {
+			t.Errorf("%s: sum of list lengths %d; want %d", srv.Addr(), got, 2*n)
+		}
+	}
+	if sink.drop(sampler.DropMalformed) != 0 {
+		t.Errorf("malformed drops %d; want 0", sink.drop(sampler.DropMalformed))
+	}
+	// 2 runs × 5 tests × n commands, MSET carrying 10 keys: about 2*n*14/100 samples.
+	waitFor(t, "samples", func() bool { return sink.len() > 2*n*14/100/2 })
+}
+
+// commandCalls returns INFO commandstats calls by lower-case command name.
+func commandCalls(t *testing.T, c *redis.Client) map[string]int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	re := regexp.MustCompile(`cmdstat_([a-z|]+):calls=(\d+)`)
+	for _, m := range re.FindAllStringSubmatch(info, -1) {
+		calls[m[1]], _ = strconv.Atoi(m[2])
+	}
+	return calls
+}
+
+// sumKeys adds value(k) over the keys matching pattern.
+func sumKeys(t *testing.T, c *redis.Client, pattern string, value func(string) int64) int64 {
+	t.Helper()
+	keys, err := c.Keys(context.Background(), pattern).Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("KEYS %s: got %d keys, %v; want some", pattern, len(keys), err)
+	}
+	var sum int64
+	for _, k := range keys {
+		sum += value(k)
+	}
+	return sum
+}
+
+// TestProxyHugeValue sends a 10 MB value through the proxy and checks it arrives whole and
+// is sampled with its size.
+func TestProxyHugeValue(t *testing.T) {
+	srv := redistest.Start(t)
+	sink := newRecordSink()
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), SampleEvery: 1, Sink: sink, FlushInterval: 10 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr().String()})
+	defer c.Close()
+	ctx := context.Background()
+	value := strings.Repeat("0123456789", 1<<20)
+	if err := c.Set(ctx, "big", value, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Get(ctx, "big").Result()
+	if err != nil || got != value {
+		t.Fatalf("GET big: got %d bytes, %v; want the %d bytes set", len(got), err, len(value))
+	}
+	waitFor(t, "samples of big", func() bool { return len(sink.find("big")) == 2 })
+	if s := sink.find("big")[0]; s.op != sampler.OpWrite || s.bytes != uint32(len(value)) {
+		t.Fatalf("SET big: got op %v bytes %d; want write, %d", s.op, s.bytes, len(value))
+	}
+}
+
+// TestProxyMalformed sends bytes that are not RESP: the server's error comes back through
+// the proxy, sampling of that connection stops with one malformed drop, and other
+// connections are unaffected.
+func TestProxyMalformed(t *testing.T) {
+	srv := redistest.Start(t)
+	sink := newRecordSink()
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), SampleEvery: 1, Sink: sink, FlushInterval: 10 * time.Millisecond})
+	conn, err := net.Dial("tcp", p.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(conn, "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n:x\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	var lines []string
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			break
+		}
+		lines = append(lines, strings.TrimSpace(line))
+	}
+	want := []string{"$-1", "-ERR Protocol error: expected '$', got ':'"}
+	if fmt.Sprint(lines) != fmt.Sprint(want) {
+		t.Fatalf("replies: got %q; want %q", lines, want)
+	}
+	waitFor(t, "a malformed drop", func() bool { return sink.drop(sampler.DropMalformed) == 1 })
+	waitFor(t, "the sample of k, before the error", func() bool { return len(sink.find("k")) == 1 })
+
+	c := redis.NewClient(&redis.Options{Addr: p.Addr().String()})
+	defer c.Close()
+	if err := c.Set(context.Background(), "after", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "samples of after", func() bool { return len(sink.find("after")) == 1 })
+}
+
+// TestProxyHalfClose pipes commands and closes the sending side, as `redis-cli < file`
+// and `nc` do: every reply still arrives.
+func TestProxyHalfClose(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink()})
+	conn, err := net.Dial("tcp", p.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(conn, "SET a 1\r\nINCR a\r\nGET a\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Give Redis the requests before the FIN: it drops a client's pending replies when
+	// it reads end of file, through a proxy or not.
+	r := bufio.NewReader(conn)
+	var replies []string
+	for range 3 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies = append(replies, strings.TrimSpace(line))
+	}
+	_ = conn.(*net.TCPConn).CloseWrite()
+	rest, _ := io.ReadAll(r)
+	if got := fmt.Sprint(replies, string(rest)); got != "[+OK :2 $1]2\r\n" {
+		t.Fatalf("replies: got %q; want \"[+OK :2 $1]2\\r\\n\"", got)
+	}
+}
+
+// TestProxyCloseLeaks closes a proxy with open, idle and blocked connections and checks
+// that every goroutine it started returns.
+func TestProxyCloseLeaks(t *testing.T) {
+	srv := redistest.Start(t)
+	base := runtime.NumGoroutine()
+	p, err := sampler.NewProxy(sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(context.Background()) }()
+	var conns []net.Conn
+	for range 5 {
+		c, err := net.Dial("tcp", p.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	_, _ = io.WriteString(conns[0], "BLPOP q 0\r\n")
+	_, _ = io.WriteString(conns[1], "PING\r\n")
+	waitFor(t, "goroutines to start", func() bool { return runtime.NumGoroutine() >= base+1+2*len(conns) })
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: got %v; want nil", err)
+	}
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		// The proxy closed the connection: end of file, or a reset when the client had
+		// sent bytes not yet read.
+		if _, err := io.ReadAll(c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("client read after Close: got %v; want EOF or a reset", err)
+		}
+		c.Close()
+	}
+	waitFor(t, "goroutines to return", func() bool { return runtime.NumGoroutine() <= base })
+	if _, err := net.Dial("tcp", p.Addr().String()); err == nil {
+		t.Fatalf("dial after Close: got nil error; want refused")
+	}
+}
+
+// TestProxyServeContext stops the proxy by cancelling Serve's context.
+func TestProxyServeContext(t *testing.T) {
+	p, err := sampler.NewProxy(sampler.ProxyOptions{Sink: newRecordSink()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ctx) }()
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: got %v; want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return after cancel")
+	}
+	if err := p.Serve(context.Background()); err == nil {
+		t.Fatalf("second Serve: got nil; want an error")
+	}
+}
+
+// TestProxyUpstreamDown: a client of a proxy whose upstream refuses connections is
+// disconnected, and the proxy keeps serving.
+func TestProxyUpstreamDown(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	srv.Stop()
+	p := startProxy(t, sampler.ProxyOptions{Upstream: addr, Sink: newRecordSink()})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr().String(), MaxRetries: -1})
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err == nil {
+		t.Fatalf("PING with the upstream down: got nil; want an error")
+	}
+}
+
+func TestNewProxyErrors(t *testing.T) {
+	sink := newRecordSink()
+	tests := []struct {
+		o    sampler.ProxyOptions
+		want string
+	}{
+		{sampler.ProxyOptions{}, "Sink is nil"},
+		{sampler.ProxyOptions{Sink: sink, SampleEvery: -1}, "SampleEvery -1: must be ≥ 1"},
+		{sampler.ProxyOptions{Sink: sink, BufferSize: 10}, "BufferSize 10: must be between 512"},
+		{sampler.ProxyOptions{Sink: sink, BatchSize: -1}, "BatchSize -1"},
+		{sampler.ProxyOptions{Sink: sink, FlushInterval: -1}, "FlushInterval -1ns"},
+		{sampler.ProxyOptions{Sink: sink, DialTimeout: -1}, "DialTimeout -1ns"},
+		{sampler.ProxyOptions{Sink: sink, MaxKeyBytes: -1}, "MaxKeyBytes -1"},
+		{sampler.ProxyOptions{Sink: sink, Upstream: "nohost"}, `Upstream "nohost": must be host:port`},
+		{sampler.ProxyOptions{Sink: sink, Listen: "256.0.0.1:0"}, "256.0.0.1"},
+	}
+	for _, tt := range tests {
+		p, err := sampler.NewProxy(tt.o)
+		if err == nil {
+			p.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("NewProxy(%+v): got %v; want an error containing %q", tt.o, err, tt.want)
+		}
+	}
+}
+
+// BenchmarkProxyPipeline measures pipelined GETs of 100 commands per round trip, straight
+// to Redis and through the proxy (sampling 1 in 100), from one connection.
+func BenchmarkProxyPipeline(b *testing.B) {
+	srv := redistest.Start(b)
+	p, err := sampler.NewProxy(sampler.ProxyOptions{Upstream: srv.Addr(), Sink: sampler.SinkFunc(func(sampler.Batch) {})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = p.Serve(context.Background()) }()
+	defer p.Close()
+	const depth = 100
+	req := []byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$5\r\nkey:1\r\n", depth))
+	for _, target := range []struct{ name, addr string }{{"direct", srv.Addr()}, {"proxy", p.Addr().String()}} {
+		b.Run(target.name, func(b *testing.B) {
+			conn, err := net.Dial("tcp", target.addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			reply := make([]byte, 5*depth) // "$-1\r\n" per GET
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := conn.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(conn, reply); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*depth), "ns/cmd")
+		})
+	}
+}

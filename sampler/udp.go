@@ -1,0 +1,184 @@
+package sampler
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// UDPOptions configures a UDPServer. The zero value works except for Sink, which is
+// required.
+type UDPOptions struct {
+	// Listen is the UDP address to listen on; default "127.0.0.1:9736". Port 0 picks a
+	// free port (see UDPServer.Addr).
+	Listen string
+	// Readers is the number of goroutines reading datagrams, each with its own buffer and
+	// Batch; default runtime.GOMAXPROCS(0). Allowed: 0 (the default) to 64.
+	Readers int
+	// SocketBuffer is the SO_RCVBUF size in bytes asked of the kernel, which absorbs
+	// bursts while readers are busy; default 8 MiB. Linux grants at most
+	// net.core.rmem_max (raise it with sysctl for busy agents). Allowed: 0 (the default)
+	// or 64 KiB to 1 GiB.
+	SocketBuffer int
+	// Token, when not empty, is required in every report; a report without it or with
+	// another token is dropped and counted as DropAuth. Default: none required.
+	Token string
+	// Sink receives every decoded batch (Accept) and every dropped datagram (Drop).
+	// Required. Accept is called from several reader goroutines at once.
+	Sink Sink
+}
+
+// Defaults of UDPOptions.
+const (
+	DefaultUDPListen    = "127.0.0.1:9736"
+	DefaultSocketBuffer = 8 << 20
+	maxUDPReaders       = 64
+)
+
+// UDPServer receives report datagrams (see AppendReport) and hands their samples to a Sink.
+// Its methods are safe for concurrent use.
+type UDPServer struct {
+	conn    *net.UDPConn
+	readers int
+	token   []byte
+	sink    Sink
+
+	mu      sync.Mutex // guards closed and the start of readers, so Close never races wg.Add
+	closed  bool
+	done    chan struct{} // closed by Close
+	serving bool
+	wg      sync.WaitGroup // the reader goroutines
+}
+
+// NewUDPServer validates opts and binds the socket, so that Addr is known before Serve.
+func NewUDPServer(opts UDPOptions) (*UDPServer, error) {
+	if opts.Sink == nil {
+		return nil, errors.New("sampler: UDP Sink: nil; a Sink is required")
+	}
+	if opts.Listen == "" {
+		opts.Listen = DefaultUDPListen
+	}
+	if opts.Readers < 0 || opts.Readers > maxUDPReaders {
+		return nil, fmt.Errorf("sampler: UDP Readers %d: must be 0 (GOMAXPROCS) to %d", opts.Readers, maxUDPReaders)
+	}
+	if opts.Readers == 0 {
+		opts.Readers = runtime.GOMAXPROCS(0)
+	}
+	if opts.SocketBuffer != 0 && (opts.SocketBuffer < 64<<10 || opts.SocketBuffer > 1<<30) {
+		return nil, fmt.Errorf("sampler: UDP SocketBuffer %d: must be 0 (8 MiB) or 65536 to 1073741824 bytes", opts.SocketBuffer)
+	}
+	if opts.SocketBuffer == 0 {
+		opts.SocketBuffer = DefaultSocketBuffer
+	}
+	if len(opts.Token) > MaxTokenLen {
+		return nil, fmt.Errorf("sampler: UDP Token of %d bytes: must be at most %d", len(opts.Token), MaxTokenLen)
+	}
+	addr, err := net.ResolveUDPAddr("udp", opts.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("sampler: UDP Listen %q: %w", opts.Listen, err)
+	}
+	conn, err := net.ListenUDP("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("sampler: UDP Listen %q: %w", opts.Listen, err)
+	}
+	// The kernel caps the size at net.core.rmem_max; a smaller buffer still works.
+	_ = conn.SetReadBuffer(opts.SocketBuffer)
+	s := &UDPServer{
+		conn:    conn,
+		readers: opts.Readers,
+		sink:    opts.Sink,
+		done:    make(chan struct{}),
+	}
+	if opts.Token != "" {
+		s.token = []byte(opts.Token)
+	}
+	return s, nil
+}
+
+// Addr returns the address the server listens on.
+func (s *UDPServer) Addr() net.Addr { return s.conn.LocalAddr() }
+
+// Serve reads datagrams until ctx is done or Close is called, then closes the socket,
+// waits for its reader goroutines to end and returns nil. It returns an error if called
+// twice.
+func (s *UDPServer) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.serving {
+		s.mu.Unlock()
+		return errors.New("sampler: UDPServer.Serve called twice")
+	}
+	s.serving = true
+	for range s.readers {
+		s.wg.Go(s.read)
+	}
+	s.mu.Unlock()
+	select {
+	case <-ctx.Done():
+	case <-s.done:
+	}
+	return s.Close()
+}
+
+// Close stops the server: it closes the socket and waits for the readers to end. It
+// returns nil, also when called more than once.
+func (s *UDPServer) Close() error {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.done)
+		s.conn.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// read is one reader goroutine: its own buffer, its own Batch, no allocation per datagram
+// in steady state.
+func (s *UDPServer) read() {
+	buf := make([]byte, 64<<10) // over the largest UDP payload, so nothing is truncated
+	var b Batch
+	for {
+		n, err := s.conn.Read(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// A transient error (out of memory, an ICMP error on some systems); do not
+			// spin if it persists.
+			select {
+			case <-s.done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			continue
+		}
+		token, err := DecodeReport(&b, buf[:n])
+		if err != nil {
+			src := b.Source
+			if src == "" {
+				src = "unknown"
+			}
+			reason := DropMalformed
+			if n > MaxReportSize {
+				reason = DropTooLarge
+			}
+			s.sink.Drop(src, reason, 1)
+			continue
+		}
+		if s.token != nil && subtle.ConstantTimeCompare(token, s.token) != 1 {
+			s.sink.Drop(b.Source, DropAuth, max(len(b.Samples), 1))
+			continue
+		}
+		s.sink.Accept(b)
+	}
+}
