@@ -184,6 +184,9 @@ func (a *Agent) Accept(b sampler.Batch) {
 		if len(key) > a.opts.MaxKeyBytes {
 			key, flags = key[:a.opts.MaxKeyBytes], flags|FlagTruncated
 		}
+		if s.Truncated {
+			flags |= FlagTruncated
+		}
 		if s.Counter {
 			flags |= detector.FlagCounter
 		}

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -42,8 +43,8 @@ type MonitorOptions struct {
 	// MaxLineBytes is the longest MONITOR line read whole. Of a longer line (a big value,
 	// escaped) only the arguments within the first MaxLineBytes are parsed. Default 64 KiB.
 	MaxLineBytes int
-	// MaxKeyBytes is the longest key sampled; a longer key is counted as a drop with
-	// reason DropTooLarge. Default 512.
+	// MaxKeyBytes is the longest key sampled; a longer key is sampled by its first
+	// MaxKeyBytes bytes and marked Truncated. Default 512.
 	MaxKeyBytes int
 	// Seed seeds the sampling draws. Default 0.
 	Seed uint64
@@ -70,7 +71,7 @@ const (
 // short look, never in production; the proxy tap and the client hook are the sources for
 // real traffic.
 //
-// A Monitor runs in the goroutine that calls Run; it is not safe to call Run twice at
+// A Monitor runs in the goroutine that calls Serve; it is not safe to call Serve twice at
 // once.
 type Monitor struct {
 	addr, user, pass string
@@ -88,13 +89,16 @@ type Monitor struct {
 	rng              rand.PCG
 	log              *slog.Logger
 
+	closed    chan struct{} // closed by Close
+	closeOnce sync.Once
+
 	skip    int
 	batch   proxyBatch
 	line    monitorLine
 	pending []Sample
 }
 
-// NewMonitor validates o and returns a Monitor; Run connects.
+// NewMonitor validates o and returns a Monitor; Serve connects.
 func NewMonitor(o MonitorOptions) (*Monitor, error) {
 	if o.Sink == nil {
 		return nil, errors.New("sampler: MonitorOptions.Sink is nil: must be a Sink (SinkFunc adapts a function)")
@@ -134,6 +138,7 @@ func NewMonitor(o MonitorOptions) (*Monitor, error) {
 		maxLine:     orDefault(o.MaxLineBytes, DefaultMonitorMaxLineBytes),
 		maxKey:      orDefault(o.MaxKeyBytes, DefaultProxyMaxKeyBytes),
 		log:         o.Logger,
+		closed:      make(chan struct{}),
 	}
 	if m.maxBackoff < m.minBackoff {
 		return nil, fmt.Errorf("sampler: MonitorOptions.MaxBackoff %v: must be ≥ MinBackoff %v", m.maxBackoff, m.minBackoff)
@@ -150,9 +155,18 @@ func NewMonitor(o MonitorOptions) (*Monitor, error) {
 	return m, nil
 }
 
-// Run monitors until ctx is done, reconnecting after failures, and returns nil then,
-// having handed the last samples to the Sink.
-func (m *Monitor) Run(ctx context.Context) error {
+// Serve monitors until ctx is done or Close is called, reconnecting after failures, and
+// returns nil then, having handed the last samples to the Sink.
+func (m *Monitor) Serve(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-m.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	backoff := m.minBackoff
 	for {
 		lines, err := m.session(ctx)
@@ -173,6 +187,12 @@ func (m *Monitor) Run(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, m.maxBackoff)
 	}
+}
+
+// Close makes Serve return; it returns nil, also when called more than once.
+func (m *Monitor) Close() error {
+	m.closeOnce.Do(func() { close(m.closed) })
+	return nil
 }
 
 // session runs one connection and returns how many lines it read.
@@ -268,7 +288,7 @@ func (m *Monitor) sampleLine(line []byte, partial bool) {
 	}
 	for i := range m.line.sizes {
 		if m.line.sizes[i] > int64(m.maxKey) {
-			m.line.args[i] = m.line.args[i][:m.maxKey] // too long to be a key worth keeping
+			m.line.args[i] = m.line.args[i][:m.maxKey] // sampled by its prefix, marked Truncated
 		}
 	}
 	pending, tooLarge := appendKeySamples(m.pending[:0], args, m.line.sizes, nargs)

@@ -162,7 +162,7 @@ func TestMonitor(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
+	go func() { done <- m.Serve(ctx) }()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "pw"})
 	defer c.Close()
 

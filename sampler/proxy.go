@@ -40,8 +40,8 @@ type ProxyOptions struct {
 	FlushInterval time.Duration
 	// DialTimeout bounds connecting to Upstream. Default 5s.
 	DialTimeout time.Duration
-	// MaxKeyBytes is the longest key sampled; a longer key is counted as a drop with
-	// reason DropTooLarge. Default 512.
+	// MaxKeyBytes is the longest key sampled; a longer key is sampled by its first
+	// MaxKeyBytes bytes and marked Truncated. Default 512.
 	MaxKeyBytes int
 	// Seed seeds the sampling draws; each connection mixes in its sequence number.
 	// Default 0.
@@ -450,8 +450,8 @@ func (pc *proxyConn) sample(ps *RESPParser) {
 
 // appendKeySamples appends one Sample per key of the command in args, whose full sizes
 // are in sizes (an argument may have been kept only in part) and which had nargs
-// arguments in all. Keys kept only in part are not sampled; tooLarge counts them, plus
-// one when arguments past those kept were lost. Bytes is the size of the value written
+// arguments in all. A key kept only in part is sampled by its prefix, marked Truncated;
+// tooLarge is one when arguments past those kept were lost. Bytes is the size of the value written
 // when that is plain from the arguments: the value after each key of MSET, the arguments
 // after the key of a single-key write (SET key value, LPUSH key a b); 0 otherwise.
 func appendKeySamples(dst []Sample, args [][]byte, sizes []int64, nargs int) (out []Sample, tooLarge int) {
@@ -470,10 +470,6 @@ func appendKeySamples(dst []Sample, args [][]byte, sizes []int64, nargs int) (ou
 		tooLarge++ // keys past the kept arguments are lost
 	}
 	for i := first; i <= last; i += step {
-		if sizes[i] > int64(len(args[i])) {
-			tooLarge++
-			continue
-		}
 		var size int64
 		switch {
 		case step == 2 && i+1 < len(args):
@@ -485,7 +481,8 @@ func appendKeySamples(dst []Sample, args [][]byte, sizes []int64, nargs int) (ou
 		}
 		dst = append(dst, Sample{
 			Key: args[i], Op: cmd.Op, Counter: cmd.Counter, Count: 1,
-			Bytes: uint32(min(size, math.MaxUint32)),
+			Bytes:     uint32(min(size, math.MaxUint32)),
+			Truncated: sizes[i] > int64(len(args[i])),
 		})
 	}
 	return dst, tooLarge

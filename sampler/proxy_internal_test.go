@@ -86,3 +86,20 @@ func BenchmarkProxyParse(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*cmds), "ns/cmd")
 	})
 }
+
+// TestAppendKeySamplesTruncated: a key longer than what the parser kept is sampled by its
+// prefix and marked truncated, not dropped.
+func TestAppendKeySamplesTruncated(t *testing.T) {
+	args := [][]byte{[]byte("MGET"), []byte("short"), []byte("longkeyprefix")}
+	sizes := []int64{4, 5, 2000}
+	got, lost := appendKeySamples(nil, args, sizes, 3)
+	if lost != 0 || len(got) != 2 {
+		t.Fatalf("%d samples, %d lost; want 2, 0", len(got), lost)
+	}
+	if got[0].Truncated || !got[1].Truncated || string(got[1].Key) != "longkeyprefix" {
+		t.Errorf("samples %+v; want the second marked truncated with its prefix", got)
+	}
+	if _, lost := appendKeySamples(nil, args, sizes, 5); lost != 1 {
+		t.Errorf("arguments past those kept: lost %d; want 1", lost)
+	}
+}

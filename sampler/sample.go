@@ -48,6 +48,8 @@ type Sample struct {
 	Count uint32
 	// Bytes is the size of the value read or written, 0 when unknown.
 	Bytes uint32
+	// Truncated marks a key that the source cut to a prefix because it was too long.
+	Truncated bool
 }
 
 // Batch is a group of samples from one source taken at one sample rate.

@@ -97,6 +97,18 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 			})
 		})
 	}
+	if cfg.Monitor.Addr != "" {
+		log.Warn("MONITOR source on: it costs the Redis server much of its throughput; use it in development only", "addr", cfg.Monitor.Addr)
+		opts.Sources = append(opts.Sources, func(sink sampler.Sink) (agent.Source, error) {
+			return sampler.NewMonitor(sampler.MonitorOptions{
+				Addr:        cfg.Monitor.Addr,
+				SampleEvery: cfg.Monitor.SampleEvery,
+				MaxKeyBytes: cfg.Limits.MaxKeyBytes,
+				Sink:        sink,
+				Logger:      log,
+			})
+		})
+	}
 	return opts, nil
 }
 
