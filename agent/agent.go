@@ -171,7 +171,7 @@ func (a *Agent) Detector() *detector.Detector { return a.det }
 
 // Accept takes a batch of samples from a source (sampler.Sink). Keys longer than
 // MaxKeyBytes are truncated and marked; each sample counts Count/Rate requests of the full
-// traffic, rounded stochastically so that sums stay unbiased.
+// traffic, rounded stochastically so that sums stay unbiased, and as many times its Bytes.
 func (a *Agent) Accept(b sampler.Batch) {
 	rate := b.Rate
 	if !(rate > 0 && rate <= 1) {
@@ -190,7 +190,8 @@ func (a *Agent) Accept(b sampler.Batch) {
 		if s.Counter {
 			flags |= detector.FlagCounter
 		}
-		a.det.Add(key, s.Op == sampler.OpWrite, flags, weight(s.Count, scale))
+		n := weight(s.Count, scale)
+		a.det.Add(key, s.Op == sampler.OpWrite, flags, n, uint32(min(uint64(s.Bytes)*uint64(n), math.MaxUint32)))
 	}
 	a.metrics.received(b.Source, len(b.Samples))
 }

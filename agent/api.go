@@ -60,6 +60,7 @@ type keyJSON struct {
 	PredictedBy []string   `json:"predicted_by"`
 	Mitigations []string   `json:"mitigations"`
 	// Extensions to the contract, documented in docs/api.md.
+	BytesRate float64 `json:"bytes_rate,omitempty"`
 	Counter   bool    `json:"counter,omitempty"`
 	Truncated bool    `json:"truncated,omitempty"`
 	Level     float64 `json:"level"`
@@ -97,8 +98,14 @@ func (a *Agent) topk(w http.ResponseWriter, r *http.Request) {
 		ranking = detector.Reads
 	case "write":
 		ranking = detector.Writes
+	case "bytes":
+		if !a.opts.Detector.Bytes {
+			writeError(w, http.StatusBadRequest, "op: \"bytes\" needs the ranking by bytes, which is off; set detector.bytes: true")
+			return
+		}
+		ranking = detector.Bytes
 	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("op: %q is not allowed; use all, read or write", op))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("op: %q is not allowed; use all, read, write (or bytes, with detector.bytes on)", op))
 		return
 	}
 	v := a.view.Load()
@@ -115,7 +122,9 @@ func (a *Agent) topk(w http.ResponseWriter, r *http.Request) {
 		Keys:          make([]keyJSON, 0, len(snap.Keys)),
 	}
 	for _, k := range snap.Keys {
-		out.Keys = append(out.Keys, a.keyJSON(v, k, snap.Rate(k.Reads), snap.Rate(k.Writes), total))
+		j := a.keyJSON(v, k, snap.Rate(k.Reads), snap.Rate(k.Writes), total)
+		j.BytesRate = snap.Rate(k.Bytes)
+		out.Keys = append(out.Keys, j)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

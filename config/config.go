@@ -90,6 +90,9 @@ type Detector struct {
 	// Shards is the number of independently locked detector shards.
 	// Default 4; a power of two in 1..256.
 	Shards int `yaml:"shards"`
+	// Bytes adds a ranking by bytes moved (GET /v1/topk?op=bytes), for keys hot by value
+	// size; it costs one more sketch. Default false.
+	Bytes bool `yaml:"bytes"`
 }
 
 // Limits bounds what one sample or one report may cost.

@@ -52,6 +52,7 @@
 //	detector.width                 16384           power of two, 64..16777216 counters per sketch row
 //	detector.depth                 4               1..16 sketch rows
 //	detector.shards                4               power of two, 1..256
+//	detector.bytes                 false           true adds a ranking by bytes moved (/v1/topk?op=bytes)
 //	limits.max_key_bytes           512             8..65536; longer keys are truncated and marked
 //	limits.max_samples_per_report  10000           1..1000000
 //	hot.read.rate                  1000            > 0 requests/s of full traffic

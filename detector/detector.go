@@ -29,6 +29,9 @@ type Options struct {
 	K int
 	// Shards is the number of independent shards, a power of two in [1, 256]. Default: 4.
 	Shards int
+	// Bytes adds a ranking by bytes moved (value size × requests), for keys that are hot
+	// by size rather than count; it costs one more sketch. Default: off.
+	Bytes bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -73,9 +76,10 @@ const (
 
 // Rankings.
 const (
-	All = iota
-	Reads
-	Writes
+	All    = iota // by reads + writes
+	Reads         // by reads
+	Writes        // by writes
+	Bytes         // by bytes read and written; empty unless Options.Bytes
 	numRankings
 )
 
@@ -93,6 +97,7 @@ type Detector struct {
 type shard struct {
 	mu       sync.Mutex        // guards every field below
 	counts   [2]*sketch.Window // reads, writes
+	bytes    *sketch.Window    // bytes moved; nil unless Options.Bytes
 	rank     [numRankings]*topk.TopK
 	distinct *sketch.Distinct
 	totals   [][2]uint64 // per tick: reads, writes (weighted)
@@ -120,6 +125,11 @@ func New(o Options) (*Detector, error) {
 				return nil, fmt.Errorf("detector: %w", err)
 			}
 		}
+		if o.Bytes {
+			if s.bytes, err = sketch.NewWindow(wo); err != nil {
+				return nil, fmt.Errorf("detector: %w", err)
+			}
+		}
 		if s.distinct, err = sketch.NewDistinct(o.Ticks); err != nil {
 			return nil, fmt.Errorf("detector: %w", err)
 		}
@@ -136,13 +146,16 @@ func (d *Detector) Options() Options { return d.opts }
 func Hash(key []byte) uint64 { return xxhash.Sum64(key) }
 
 // Add counts n requests (already scaled to full traffic) on key, a write when write is
-// true. flags are kept with the key while it is ranked. key is copied only if it enters a
-// ranking.
-func (d *Detector) Add(key []byte, write bool, flags uint8, n uint32) {
+// true, moving size bytes in all (0 when unknown; counted only with Options.Bytes). flags
+// are kept with the key while it is ranked. key is copied only if it enters a ranking.
+func (d *Detector) Add(key []byte, write bool, flags uint8, n, size uint32) {
 	h := xxhash.Sum64(key)
 	s := &d.shards[h>>d.shift&uint64(len(d.shards)-1)]
 	s.mu.Lock()
 	s.add(h, key, write, flags, n)
+	if size > 0 && s.bytes != nil {
+		s.rank[Bytes].Offer(h, key, uint64(s.bytes.Add(h, size)), flags)
+	}
 	s.mu.Unlock()
 }
 
@@ -192,6 +205,9 @@ func (s *shard) advance() {
 	for _, w := range s.counts {
 		w.Advance()
 	}
+	if s.bytes != nil {
+		s.bytes.Advance()
+	}
 	s.distinct.Advance()
 	s.cur = (s.cur + 1) % len(s.totals)
 	s.totals[s.cur] = [2]uint64{}
@@ -202,6 +218,9 @@ func (s *shard) refresh() {
 	s.rank[Reads].Refresh(func(h uint64) uint64 { return uint64(r.Estimate(h)) })
 	s.rank[Writes].Refresh(func(h uint64) uint64 { return uint64(w.Estimate(h)) })
 	s.rank[All].Refresh(func(h uint64) uint64 { return uint64(r.Estimate(h)) + uint64(w.Estimate(h)) })
+	if b := s.bytes; b != nil {
+		s.rank[Bytes].Refresh(func(h uint64) uint64 { return uint64(b.Estimate(h)) })
+	}
 }
 
 // Key is a ranked key with its estimated counts over the window.
@@ -210,6 +229,7 @@ type Key struct {
 	Hash   uint64
 	Reads  uint64 // estimated reads over the window (full traffic)
 	Writes uint64 // estimated writes over the window
+	Bytes  uint64 // estimated bytes moved over the window; 0 unless Options.Bytes
 	Flags  uint8
 	// TickReads and TickWrites are the estimates for the current tick alone (see
 	// Snapshot.TickSpan): a sharper, noisier view of the key's rate right now.
@@ -223,6 +243,8 @@ func (k Key) Count(ranking int) uint64 {
 		return k.Reads
 	case Writes:
 		return k.Writes
+	case Bytes:
+		return k.Bytes
 	}
 	return k.Reads + k.Writes
 }
@@ -246,8 +268,8 @@ func (s *Snapshot) Rate(count uint64) float64 {
 	return float64(count) / s.Covered.Seconds()
 }
 
-// Snapshot returns the top n keys (n ≤ 0: all K) of a ranking (All, Reads or Writes) with
-// their read and write estimates, the totals and the distinct count. Each shard is locked
+// Snapshot returns the top n keys (n ≤ 0: all K) of a ranking (All, Reads, Writes or
+// Bytes) with their read, write and byte estimates, the totals and the distinct count. Each shard is locked
 // only while its entries are copied.
 func (d *Detector) Snapshot(now time.Time, ranking, n int) Snapshot {
 	if ranking < 0 || ranking >= numRankings {
@@ -272,6 +294,9 @@ func (d *Detector) Snapshot(now time.Time, ranking, n int) Snapshot {
 				TickReads:  uint64(s.counts[0].EstimateTick(e.Hash)),
 				TickWrites: uint64(s.counts[1].EstimateTick(e.Hash)),
 			})
+			if s.bytes != nil {
+				snap.Keys[len(snap.Keys)-1].Bytes = uint64(s.bytes.Estimate(e.Hash))
+			}
 		}
 		for _, t := range s.totals {
 			snap.Reads += t[0]
@@ -335,6 +360,9 @@ func (d *Detector) SizeBytes() int {
 	for i := range d.shards {
 		s := &d.shards[i]
 		n += s.counts[0].SizeBytes() + s.counts[1].SizeBytes() + d.opts.Ticks*(1<<14)
+		if s.bytes != nil {
+			n += s.bytes.SizeBytes()
+		}
 	}
 	return n
 }

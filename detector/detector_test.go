@@ -41,14 +41,14 @@ func TestRankingsAndRates(t *testing.T) {
 	d, _ := New(Options{})
 	d.Advance(t0)
 	for i := 0; i < 300; i++ {
-		d.Add([]byte("score:match42"), false, 0, 10) // 3,000 reads
+		d.Add([]byte("score:match42"), false, 0, 10, 0) // 3,000 reads
 	}
 	for i := 0; i < 100; i++ {
-		d.Add([]byte("counter:likes"), true, FlagCounter, 10) // 1,000 writes
-		d.Add([]byte("score:match42"), true, 0, 1)            // 100 writes
+		d.Add([]byte("counter:likes"), true, FlagCounter, 10, 0) // 1,000 writes
+		d.Add([]byte("score:match42"), true, 0, 1, 0)            // 100 writes
 	}
 	for i := 0; i < 50; i++ {
-		d.Add([]byte(fmt.Sprint("cold:", i)), false, 0, 1)
+		d.Add([]byte(fmt.Sprint("cold:", i)), false, 0, 1, 0)
 	}
 	now := t0.Add(999 * time.Millisecond)
 	d.Advance(now)
@@ -88,7 +88,7 @@ func TestRankingsAndRates(t *testing.T) {
 func TestWindowSlides(t *testing.T) {
 	d, _ := New(Options{Tick: 100 * time.Millisecond, Ticks: 10})
 	d.Advance(t0)
-	d.Add([]byte("flash"), false, 0, 500)
+	d.Add([]byte("flash"), false, 0, 500, 0)
 	for i := 1; i <= 9; i++ {
 		now := t0.Add(time.Duration(i) * 100 * time.Millisecond)
 		d.Advance(now)
@@ -102,7 +102,7 @@ func TestWindowSlides(t *testing.T) {
 		t.Errorf("a full window later: %+v, %d reads; want nothing", s.Keys, s.Reads)
 	}
 	// A long pause clears the window at once.
-	d.Add([]byte("flash"), false, 0, 5)
+	d.Add([]byte("flash"), false, 0, 5, 0)
 	now = now.Add(time.Hour)
 	d.Advance(now)
 	if r, _ := d.Estimate([]byte("flash")); r != 0 {
@@ -152,7 +152,7 @@ func TestWindowedAccuracy(t *testing.T) {
 					worst = min(worst, recall)
 				}
 			}
-			d.Add([]byte(k), false, 0, 1)
+			d.Add([]byte(k), false, 0, 1, 0)
 		}
 		t.Logf("%s: worst windowed top-100 recall %.3f", name, worst)
 		if worst < 0.99 {
@@ -180,7 +180,7 @@ func TestNegativeControl(t *testing.T) {
 				t.Fatalf("request %d: %q has %d of %d requests in the window: over a 1%% share", i, s.Keys[0].Key, s.Keys[0].Count(All), s.Reads+s.Writes)
 			}
 		}
-		d.Add([]byte(k), false, 0, 1)
+		d.Add([]byte(k), false, 0, 1, 0)
 	}
 }
 
@@ -195,7 +195,7 @@ func TestConcurrent(t *testing.T) {
 			key := []byte("key:000")
 			for i := 0; i < 20_000; i++ {
 				key[4], key[5], key[6] = byte('0'+i%10), byte('0'+i/10%10), byte('0'+g)
-				d.Add(key, i%3 == 0, 0, 1)
+				d.Add(key, i%3 == 0, 0, 1, 0)
 			}
 		}()
 	}
@@ -231,7 +231,7 @@ func TestFixedMemory(t *testing.T) {
 				key[j] = byte('0' + x%10)
 				x /= 10
 			}
-			d.Add(key, i%4 == 0, 0, 1)
+			d.Add(key, i%4 == 0, 0, 1, 0)
 		}
 	}
 	fill(0, 100_000) // let key buffers and heaps reach their size
@@ -250,4 +250,27 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
+}
+
+func TestBytesRanking(t *testing.T) {
+	d, _ := New(Options{Bytes: true})
+	d.Advance(t0)
+	for i := 0; i < 100; i++ {
+		d.Add([]byte("small:many"), false, 0, 10, 10*100)  // 1,000 reads of 100 B
+		d.Add([]byte("big:few"), false, 0, 1, 1*1_000_000) // 100 reads of 1 MB
+		d.Add([]byte("unknown:size"), false, 0, 20, 0)     // sizes unknown
+	}
+	now := t0.Add(500 * time.Millisecond)
+	s := d.Snapshot(now, Bytes, 0)
+	if len(s.Keys) != 2 || s.Keys[0].Key != "big:few" || s.Keys[0].Bytes != 100_000_000 || s.Keys[1].Bytes != 100_000 {
+		t.Errorf("bytes ranking %+v; want big:few (100 MB) then small:many (100 kB)", s.Keys)
+	}
+	if a := d.Snapshot(now, All, 1); a.Keys[0].Key != "unknown:size" {
+		t.Errorf("count ranking starts with %q; want unknown:size", a.Keys[0].Key)
+	}
+	off, _ := New(Options{})
+	off.Add([]byte("big:few"), false, 0, 1, 1_000_000)
+	if s := off.Snapshot(now, Bytes, 0); len(s.Keys) != 0 {
+		t.Errorf("bytes ranking without Options.Bytes: %+v; want empty", s.Keys)
+	}
 }

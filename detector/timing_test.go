@@ -48,7 +48,7 @@ func BenchmarkAdd(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		d.Add(keys[i%len(keys)], i&7 == 0, 0, 1)
+		d.Add(keys[i%len(keys)], i&7 == 0, 0, 1, 0)
 	}
 }
 
@@ -77,7 +77,7 @@ func BenchmarkAddParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			d.Add(keys[i%len(keys)], i&7 == 0, 0, 1)
+			d.Add(keys[i%len(keys)], i&7 == 0, 0, 1, 0)
 			i += 7919
 			if i%1_000_003 == 0 {
 				d.Advance(time.Now())

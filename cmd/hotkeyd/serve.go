@@ -73,6 +73,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 			Ticks:  d.Ticks,
 			K:      d.TopK,
 			Shards: d.Shards,
+			Bytes:  d.Bytes,
 		},
 		Rules:               &rules,
 		HTTPListen:          cfg.HTTP.Listen,
