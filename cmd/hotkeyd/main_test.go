@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/agent"
+	"github.com/hotkeyd/hotkeyd/sampler"
+)
+
+func runCmd(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err = run(ctx, args, strings.NewReader(""), &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func TestUsageAndVersion(t *testing.T) {
+	if _, stderr, err := runCmd(t, context.Background()); err == nil || !strings.Contains(stderr, "Usage:") {
+		t.Errorf("no command: %v, %q; want an error and the usage", err, stderr)
+	}
+	if _, _, err := runCmd(t, context.Background(), "frobnicate"); err == nil || !strings.Contains(err.Error(), `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: %v", err)
+	}
+	if out, _, err := runCmd(t, context.Background(), "version"); err != nil || !strings.HasPrefix(out, "hotkeyd ") {
+		t.Errorf("version: %q, %v", out, err)
+	}
+}
+
+func TestPrintConfig(t *testing.T) {
+	t.Setenv("HOTKEYD_AUTH_TOKEN", "s3cret")
+	out, _, err := runCmd(t, context.Background(), "serve", "--print-config", "--topk", "250")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"listen: 127.0.0.1:9736", "topk: 250", `token: '***'`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--print-config lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "s3cret") {
+		t.Error("--print-config shows the token")
+	}
+	if _, _, err := runCmd(t, context.Background(), "serve", "--http-listen", "nonsense"); err == nil || !strings.Contains(err.Error(), "http.listen") {
+		t.Errorf("bad --http-listen: %v; want an error naming http.listen", err)
+	}
+}
+
+func TestTopOnce(t *testing.T) {
+	a, err := agent.New(agent.Options{HTTPListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	a.Accept(sampler.Batch{Source: "t", Rate: 0.01, Samples: []sampler.Sample{{Key: []byte("score:match42"), Op: sampler.OpRead, Count: 50}}})
+	out, _, err := runCmd(t, ctx, "top", "--once", "--addr", "http://"+a.HTTPAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "score:match42") || !strings.Contains(out, "RATE/s") {
+		t.Errorf("top --once:\n%s\nwant a table with score:match42", out)
+	}
+	if _, _, err := runCmd(t, ctx, "top", "--once", "--addr", "http://127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("top against nothing: %v; want 'agent unreachable'", err)
+	}
+}
+
+// TestDemo runs the demo, shortened: the flash key must be flagged.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo takes 6 s")
+	}
+	out, stderr, err := runCmd(t, context.Background(), "demo", "--duration", "6s", "--spike-at", "2s")
+	if err != nil {
+		t.Fatalf("demo: %v\n%s\n%s", err, out, stderr)
+	}
+	if !strings.Contains(out, "sale:sku:4711 flagged HOT") {
+		t.Errorf("demo output lacks the flagging of the flash key:\n%s", out)
+	}
+	if !strings.Contains(out, "redis: real redis-server") {
+		t.Errorf("demo did not drive real Redis through the proxy (redis-server is installed by scripts/test.sh):\n%s", out)
+	}
+}
+
+// TestServeStopsOnSIGTERM builds the binary, runs hotkeyd serve, and stops it with
+// SIGTERM: it must stop listening and exit 0.
+func TestServeStopsOnSIGTERM(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "hotkeyd")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "serve", "--http-listen", "127.0.0.1:0", "--udp-listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "HOTKEYD_LOG_FORMAT=text")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(stderr)
+	var addr string
+	re := regexp.MustCompile(`http=(127\.0\.0\.1:\d+)`)
+	for addr == "" && lines.Scan() {
+		if m := re.FindStringSubmatch(lines.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatal("hotkeyd serve never logged its HTTP address")
+	}
+	go io.Copy(io.Discard, stderr)
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/readyz: %d; want 200", resp.StatusCode)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("hotkeyd serve after SIGTERM: %v; want exit status 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("hotkeyd serve did not exit within 15 s of SIGTERM")
+	}
+	if _, err := http.Get("http://" + addr + "/readyz"); err == nil {
+		t.Error("still listening after exit")
+	}
+}
