@@ -160,14 +160,16 @@ func (d *Detector) Add(key []byte, write bool, flags uint8, n, size uint32) {
 }
 
 func (s *shard) add(h uint64, key []byte, write bool, flags uint8, n uint32) {
-	op, other, rank := 0, 1, Reads
+	op, rank, other := 0, Reads, Writes
 	if write {
-		op, other, rank = 1, 0, Writes
+		op, rank, other = 1, Writes, Reads
 	}
 	mine := uint64(s.counts[op].Add(h, n))
-	theirs := uint64(s.counts[other].Estimate(h))
 	s.rank[rank].Offer(h, key, mine, flags)
-	s.rank[All].Offer(h, key, mine+theirs, flags)
+	// The combined ranking takes the other operation's count from its ranking rather than
+	// its sketch: a lower bound that costs no memory access outside the heaps, which the
+	// tick's Refresh replaces with both sketches' estimates.
+	s.rank[All].Offer(h, key, mine+s.rank[other].Count(h), flags)
 	s.distinct.Insert(h)
 	s.totals[s.cur][op] += uint64(n)
 }

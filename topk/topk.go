@@ -112,6 +112,14 @@ func (t *TopK) Offer(h uint64, key []byte, count uint64, flags uint8) {
 // Contains reports whether the key with hash h is held.
 func (t *TopK) Contains(h uint64) bool { return t.index.get(h) >= 0 }
 
+// Count returns the count held for the key with hash h, 0 when it is not held.
+func (t *TopK) Count(h uint64) uint64 {
+	if i := t.index.get(h); i >= 0 {
+		return t.heap[i].count
+	}
+	return 0
+}
+
 // Refresh sets every held key's count to estimate(hash), drops the keys whose new count is
 // 0, and restores the heap order. Call it when a window tick ends.
 func (t *TopK) Refresh(estimate func(h uint64) uint64) {
