@@ -101,7 +101,7 @@ func TestTopKAndHot(t *testing.T) {
 	}
 	c.add(500 * time.Millisecond)
 	a.evaluate()
-	got := decode[topkJSON](t, do(t, h, "GET", "/v1/topk?n=2", ""))
+	got := decode[TopK](t, do(t, h, "GET", "/v1/topk?n=2", ""))
 	if len(got.Keys) != 2 || got.Keys[0].Key != "score:match42" || got.Keys[1].Key != "likes" {
 		t.Fatalf("topk keys %+v; want score:match42, likes", got.Keys)
 	}
@@ -116,15 +116,15 @@ func TestTopKAndHot(t *testing.T) {
 	if got.TotalRate != 6400 || got.WindowSeconds != 0.5 {
 		t.Errorf("total_rate %v over %v s; want 6400 over 0.5", got.TotalRate, got.WindowSeconds)
 	}
-	w := decode[topkJSON](t, do(t, h, "GET", "/v1/topk?op=write", ""))
+	w := decode[TopK](t, do(t, h, "GET", "/v1/topk?op=write", ""))
 	if len(w.Keys) != 1 || w.Keys[0].Key != "likes" {
 		t.Errorf("op=write keys %+v; want likes alone", w.Keys)
 	}
-	k := decode[keyJSON](t, do(t, h, "GET", "/v1/keys/"+url.PathEscape("score:match42"), ""))
+	k := decode[Key](t, do(t, h, "GET", "/v1/keys/"+url.PathEscape("score:match42"), ""))
 	if k.ReadRate != 6000 || !k.Hot {
 		t.Errorf("/v1/keys/score:match42: %+v; want read_rate 6000, hot", k)
 	}
-	if k := decode[keyJSON](t, do(t, h, "GET", "/v1/keys/never:seen", "")); k.Rate != 0 || k.Hot {
+	if k := decode[Key](t, do(t, h, "GET", "/v1/keys/never:seen", "")); k.Rate != 0 || k.Hot {
 		t.Errorf("/v1/keys/never:seen: %+v; want rate 0", k)
 	}
 }
@@ -174,7 +174,7 @@ func TestTruncateAndHash(t *testing.T) {
 	a.Accept(sampler.Batch{Source: "t", Rate: 1, Samples: []sampler.Sample{{Key: []byte("averyveryverylongkey"), Op: sampler.OpRead}}})
 	c.add(time.Second / 2)
 	a.evaluate()
-	got := decode[topkJSON](t, do(t, h, "GET", "/v1/topk", ""))
+	got := decode[TopK](t, do(t, h, "GET", "/v1/topk", ""))
 	if len(got.Keys) != 1 || !got.Keys[0].Truncated {
 		t.Fatalf("keys %+v; want one, truncated", got.Keys)
 	}
@@ -184,7 +184,7 @@ func TestTruncateAndHash(t *testing.T) {
 	if r, _ := a.det.Estimate([]byte("averyver")); r != 1 {
 		t.Errorf("truncated key counted %d times; want 1", r)
 	}
-	k := decode[keyJSON](t, do(t, h, "GET", "/v1/keys/"+got.Keys[0].Key, ""))
+	k := decode[Key](t, do(t, h, "GET", "/v1/keys/"+got.Keys[0].Key, ""))
 	if k.Rate != 2 {
 		t.Errorf("/v1/keys/<hash>: rate %v; want 2 (one read in 0.5 s)", k.Rate)
 	}
@@ -203,7 +203,7 @@ func TestDetectionDelay(t *testing.T) {
 	var flagged time.Time
 	for i := 0; i < 100 && flagged.IsZero(); i++ {
 		feed(a, c, "flash:sku", 10_000, 10*time.Millisecond)
-		got := decode[topkJSON](t, do(t, h, "GET", "/v1/topk?n=1", ""))
+		got := decode[TopK](t, do(t, h, "GET", "/v1/topk?n=1", ""))
 		if len(got.Keys) == 1 && got.Keys[0].Key == "flash:sku" && got.Keys[0].Hot {
 			flagged = c.now()
 		}
@@ -308,7 +308,7 @@ func TestRunUDPAndShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got topkJSON
+	var got TopK
 	json.NewDecoder(resp.Body).Decode(&got)
 	resp.Body.Close()
 	if len(got.Keys) == 0 || got.Keys[0].Key != "via:udp" || !got.Keys[0].Counter {

@@ -48,8 +48,9 @@ func (a *Agent) authorized(h http.Handler) http.Handler {
 	})
 }
 
-// keyJSON is one key in /v1/topk and /v1/keys/{key}.
-type keyJSON struct {
+// Key is one key in the answers of GET /v1/topk and GET /v1/keys/{key}: the wire format
+// that docs/api.md describes.
+type Key struct {
 	Key         string     `json:"key"`
 	Rate        float64    `json:"rate"`
 	Share       float64    `json:"share"`
@@ -64,10 +65,11 @@ type keyJSON struct {
 	Counter   bool    `json:"counter,omitempty"`
 	Truncated bool    `json:"truncated,omitempty"`
 	Level     float64 `json:"level"`
-	History   []point `json:"history,omitempty"`
+	History   []Point `json:"history,omitempty"`
 }
 
-type topkJSON struct {
+// TopK is the answer of GET /v1/topk.
+type TopK struct {
 	At            time.Time `json:"at"`
 	WindowSeconds float64   `json:"window_seconds"`
 	TotalRate     float64   `json:"total_rate"`
@@ -75,10 +77,10 @@ type topkJSON struct {
 	WriteRate     float64   `json:"write_rate"`
 	DistinctKeys  uint64    `json:"distinct_keys"`
 	HotKeys       int       `json:"hot_keys"`
-	Keys          []keyJSON `json:"keys"`
+	Keys          []Key     `json:"keys"`
 }
 
-// MaxTopK bounds n in /v1/topk.
+// maxTopN bounds n in /v1/topk.
 const maxTopN = 10000
 
 func (a *Agent) topk(w http.ResponseWriter, r *http.Request) {
@@ -111,7 +113,7 @@ func (a *Agent) topk(w http.ResponseWriter, r *http.Request) {
 	v := a.view.Load()
 	snap := a.det.Snapshot(a.now(), ranking, n)
 	total := snap.Rate(snap.Reads + snap.Writes)
-	out := topkJSON{
+	out := TopK{
 		At:            snap.At.UTC(),
 		WindowSeconds: snap.Covered.Seconds(),
 		TotalRate:     total,
@@ -119,18 +121,18 @@ func (a *Agent) topk(w http.ResponseWriter, r *http.Request) {
 		WriteRate:     snap.Rate(snap.Writes),
 		DistinctKeys:  snap.Distinct,
 		HotKeys:       v.hot,
-		Keys:          make([]keyJSON, 0, len(snap.Keys)),
+		Keys:          make([]Key, 0, len(snap.Keys)),
 	}
 	for _, k := range snap.Keys {
-		j := a.keyJSON(v, k, snap.Rate(k.Reads), snap.Rate(k.Writes), total)
+		j := a.keyReply(v, k, snap.Rate(k.Reads), snap.Rate(k.Writes), total)
 		j.BytesRate = snap.Rate(k.Bytes)
 		out.Keys = append(out.Keys, j)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (a *Agent) keyJSON(v *view, k detector.Key, readRate, writeRate, total float64) keyJSON {
-	j := keyJSON{
+func (a *Agent) keyReply(v *view, k detector.Key, readRate, writeRate, total float64) Key {
+	j := Key{
 		Key:         a.display(k.Key),
 		Rate:        readRate + writeRate,
 		ReadRate:    readRate,
@@ -182,15 +184,15 @@ func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
 		k.Flags = l.Key.Flags
 	}
 	total := v.reads + v.writes
-	j := a.keyJSON(v, k, float64(reads)/sec, float64(writes)/sec, total)
+	j := a.keyReply(v, k, float64(reads)/sec, float64(writes)/sec, total)
 	j.History = v.history[key]
 	if j.History == nil {
-		j.History = []point{}
+		j.History = []Point{}
 	}
 	writeJSON(w, http.StatusOK, struct {
 		At            time.Time `json:"at"`
 		WindowSeconds float64   `json:"window_seconds"`
-		keyJSON
+		Key
 	}{now.UTC(), sec, j})
 }
 

@@ -17,7 +17,7 @@ type view struct {
 	distinct uint64
 	levels   []detector.Level // the combined ranking, heaviest first
 	byKey    map[string]int   // key → index in levels
-	history  map[string][]point
+	history  map[string][]Point
 	hot      int
 }
 
@@ -29,8 +29,8 @@ func (v *view) level(key string) (detector.Level, bool) {
 	return v.levels[i], true
 }
 
-// point is one second of a key's rate history.
-type point struct {
+// Point is one second of a key's rate history.
+type Point struct {
 	At        time.Time `json:"at"`
 	ReadRate  float64   `json:"read_rate"`
 	WriteRate float64   `json:"write_rate"`
@@ -40,15 +40,15 @@ type point struct {
 // histories keeps the last n one-second points of the ranked and hot keys.
 type histories struct {
 	n    int
-	last time.Time // second of the last point
-	keys map[string][]point
+	last time.Time // second of the last Point
+	keys map[string][]Point
 }
 
-func newHistories(n int) *histories { return &histories{n: n, keys: map[string][]point{}} }
+func newHistories(n int) *histories { return &histories{n: n, keys: map[string][]Point{}} }
 
-// add records a point for each level once a second and forgets keys that are neither
+// add records a Point for each level once a second and forgets keys that are neither
 // ranked nor hot; it returns copies for the view.
-func (h *histories) add(now time.Time, levels []detector.Level) map[string][]point {
+func (h *histories) add(now time.Time, levels []detector.Level) map[string][]Point {
 	sec := now.Truncate(time.Second)
 	if sec.After(h.last) {
 		h.last = sec
@@ -59,7 +59,7 @@ func (h *histories) add(now time.Time, levels []detector.Level) map[string][]poi
 			if len(p) == h.n {
 				p = append(p[:0], p[1:]...)
 			}
-			h.keys[l.Key.Key] = append(p, point{At: sec, ReadRate: l.ReadRate, WriteRate: l.WriteRate, Hot: l.Hot})
+			h.keys[l.Key.Key] = append(p, Point{At: sec, ReadRate: l.ReadRate, WriteRate: l.WriteRate, Hot: l.Hot})
 		}
 		for k := range h.keys {
 			if !seen[k] {
@@ -67,9 +67,9 @@ func (h *histories) add(now time.Time, levels []detector.Level) map[string][]poi
 			}
 		}
 	}
-	out := make(map[string][]point, len(h.keys))
+	out := make(map[string][]Point, len(h.keys))
 	for k, p := range h.keys {
-		out[k] = append([]point(nil), p...)
+		out[k] = append([]Point(nil), p...)
 	}
 	return out
 }

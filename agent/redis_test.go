@@ -39,7 +39,7 @@ func runAgent(t *testing.T, o Options) *Agent {
 }
 
 // hotIn polls GET /v1/topk until key shows as hot with the given op rate, up to 10 s.
-func hotIn(t *testing.T, a *Agent, key, op string) keyJSON {
+func hotIn(t *testing.T, a *Agent, key, op string) Key {
 	t.Helper()
 	url := fmt.Sprintf("http://%s/v1/topk?n=5&op=%s", a.HTTPAddr(), op)
 	deadline := time.Now().Add(10 * time.Second)
@@ -48,7 +48,7 @@ func hotIn(t *testing.T, a *Agent, key, op string) keyJSON {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got topkJSON
+		var got TopK
 		err = json.NewDecoder(resp.Body).Decode(&got)
 		resp.Body.Close()
 		if err != nil {

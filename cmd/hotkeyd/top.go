@@ -11,26 +11,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-)
 
-// topReply is the part of GET /v1/topk that top shows.
-type topReply struct {
-	At            time.Time `json:"at"`
-	WindowSeconds float64   `json:"window_seconds"`
-	TotalRate     float64   `json:"total_rate"`
-	DistinctKeys  uint64    `json:"distinct_keys"`
-	HotKeys       int       `json:"hot_keys"`
-	Keys          []struct {
-		Key         string     `json:"key"`
-		Rate        float64    `json:"rate"`
-		Share       float64    `json:"share"`
-		ReadRate    float64    `json:"read_rate"`
-		WriteRate   float64    `json:"write_rate"`
-		Hot         bool       `json:"hot"`
-		HotSince    *time.Time `json:"hot_since"`
-		PredictedBy []string   `json:"predicted_by"`
-	} `json:"keys"`
-}
+	"github.com/hotkeyd/hotkeyd/agent"
+)
 
 func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("top", stderr)
@@ -95,7 +78,7 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 }
 
-func fetchTop(ctx context.Context, c *http.Client, u string) (*topReply, error) {
+func fetchTop(ctx context.Context, c *http.Client, u string) (*agent.TopK, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -109,7 +92,7 @@ func fetchTop(ctx context.Context, c *http.Client, u string) (*topReply, error) 
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
 	}
-	var r topReply
+	var r agent.TopK
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
 		return nil, fmt.Errorf("GET %s: bad reply: %w", u, err)
 	}
@@ -117,7 +100,7 @@ func fetchTop(ctx context.Context, c *http.Client, u string) (*topReply, error) 
 }
 
 // renderTop writes one frame: a header line and a table of keys.
-func renderTop(w io.Writer, r *topReply, addr string, now time.Time) {
+func renderTop(w io.Writer, r *agent.TopK, addr string, now time.Time) {
 	fmt.Fprintf(w, "hotkeyd top — %s — %s — q to quit\n", addr, now.Format("15:04:05"))
 	fmt.Fprintf(w, "traffic %s/s over %.1fs · %d distinct keys · %d hot\n\n", human(r.TotalRate), r.WindowSeconds, r.DistinctKeys, r.HotKeys)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
