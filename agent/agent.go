@@ -178,9 +178,13 @@ func (a *Agent) Accept(b sampler.Batch) {
 		rate = 1
 	}
 	scale := 1 / rate
+	origin := FlagOther
+	if b.FollowsPlan {
+		origin = FlagFollowsPlan
+	}
 	for i := range b.Samples {
 		s := &b.Samples[i]
-		key, flags := s.Key, uint8(0)
+		key, flags := s.Key, origin
 		if len(key) > a.opts.MaxKeyBytes {
 			key, flags = key[:a.opts.MaxKeyBytes], flags|FlagTruncated
 		}
@@ -196,8 +200,15 @@ func (a *Agent) Accept(b sampler.Batch) {
 	a.metrics.received(b.Source, len(b.Samples))
 }
 
-// FlagTruncated marks a key that was longer than MaxKeyBytes.
-const FlagTruncated uint8 = 1 << 6
+// Flags the agent keeps with ranked keys, beside detector.FlagCounter.
+const (
+	// FlagTruncated marks a key that was longer than MaxKeyBytes.
+	FlagTruncated uint8 = 1 << 6
+	// FlagFollowsPlan marks a key seen from clients that follow the plan (the Go SDK).
+	FlagFollowsPlan uint8 = 1 << 5
+	// FlagOther marks a key seen from other sources (proxy tap, MONITOR, other clients).
+	FlagOther uint8 = 1 << 4
+)
 
 // weight returns count × scale as a whole number of requests, rounding the fraction up
 // with its probability so that the expected value is exact.

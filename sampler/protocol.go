@@ -14,7 +14,8 @@ import (
 //	offset  size  field
 //	0       1     magic 0x68 ('h')
 //	1       1     version 1
-//	2       1     flags: bit 0 = a token follows the source; bits 1–7 are reserved (0)
+//	2       1     flags: bit 0 = a token follows the source; bit 1 = the sender follows the
+//	              plan (an SDK client); bits 2–7 are reserved (0)
 //	3       4     sample-every N, uint32 big-endian, ≥ 1 (the sample rate is 1/N)
 //	7       1     source length S, 1–64
 //	8       S     source, UTF-8 without control characters
@@ -49,7 +50,8 @@ const (
 	MaxReportSamples = math.MaxUint16
 
 	flagToken   = 1 << 0
-	flagsKnown  = flagToken
+	flagFollows = 1 << 1
+	flagsKnown  = flagToken | flagFollows
 	opMask      = 0x03
 	opCounter   = 1 << 2
 	opKnown     = opMask | opCounter
@@ -135,6 +137,9 @@ func AppendReport(dst []byte, b Batch, token []byte) ([]byte, error) {
 	if len(token) > 0 {
 		flags |= flagToken
 	}
+	if b.FollowsPlan {
+		flags |= flagFollows
+	}
 	dst = append(dst, ReportMagic, ReportVersion, flags)
 	dst = binary.BigEndian.AppendUint32(dst, every)
 	dst = append(dst, byte(len(b.Source)))
@@ -187,7 +192,7 @@ func DecodeReport(b *Batch, data []byte) (token []byte, err error) {
 	flags := data[2]
 	if flags&^flagsKnown != 0 {
 		b.Source = ""
-		return nil, fmt.Errorf("report: flags 0x%02x: only bit 0 (token) may be set", flags)
+		return nil, fmt.Errorf("report: flags 0x%02x: only bits 0 (token) and 1 (follows the plan) may be set", flags)
 	}
 	every := binary.BigEndian.Uint32(data[3:7])
 	if every == 0 {
@@ -214,6 +219,7 @@ func DecodeReport(b *Batch, data []byte) (token []byte, err error) {
 		b.Source = string(src)
 	}
 	b.Rate = 1 / float64(every)
+	b.FollowsPlan = flags&flagFollows != 0
 	if flags&flagToken != 0 {
 		if len(p) < 1 {
 			return nil, errors.New("report: token length: missing, the datagram ends after the source")

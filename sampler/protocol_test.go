@@ -56,6 +56,7 @@ func TestReportRoundTrip(t *testing.T) {
 		}}, ""},
 		{"fifty", reportBatch("svc", 0.5, 50), strings.Repeat("t", MaxTokenLen)},
 		{"long source", reportBatch(strings.Repeat("s", MaxSourceLen), 1, 2), ""},
+		{"follows the plan", Batch{Source: "sdk", Rate: 0.1, FollowsPlan: true, Samples: []Sample{{Key: []byte("k"), Op: OpRead}}}, "tk"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,6 +87,9 @@ func TestReportRoundTrip(t *testing.T) {
 			every, _ := SampleEvery(want.Rate)
 			want.Rate = 1 / float64(every)
 			sameReportBatch(t, got, want)
+			if got.FollowsPlan != want.FollowsPlan {
+				t.Errorf("FollowsPlan %v; want %v", got.FollowsPlan, want.FollowsPlan)
+			}
 		})
 	}
 }
@@ -137,7 +141,7 @@ func TestDecodeReportErrors(t *testing.T) {
 		{"empty", nil, "report: 0 bytes: a header takes at least 11"},
 		{"magic", []byte("GET / HTTP/1.1\r\n"), "report: magic byte 0x47: must be 0x68"},
 		{"version", []byte{0x68, 2, 0, 0, 0, 0, 1, 1, 'a', 0, 0}, "report: version 2 is not supported; this decoder reads version 1"},
-		{"flags", []byte{0x68, 1, 0x82, 0, 0, 0, 1, 1, 'a', 0, 0}, "report: flags 0x82: only bit 0 (token) may be set"},
+		{"flags", []byte{0x68, 1, 0x82, 0, 0, 0, 1, 1, 'a', 0, 0}, "report: flags 0x82: only bits 0 (token) and 1 (follows the plan) may be set"},
 		{"every zero", []byte{0x68, 1, 0, 0, 0, 0, 0, 1, 'a', 0, 0}, "report: sample-every 0: must be at least 1"},
 		{"source zero", []byte{0x68, 1, 0, 0, 0, 0, 1, 0, 0, 0}, "report: source length 0: must be 1 to 64 bytes"},
 		{"source long", append([]byte{0x68, 1, 0, 0, 0, 0, 1, 65}, make([]byte, 70)...), "report: source length 65: must be 1 to 64 bytes"},

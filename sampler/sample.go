@@ -61,6 +61,9 @@ type Batch struct {
 	Rate float64
 	// Samples are the samples; they and their keys are valid only during Sink.Accept.
 	Samples []Sample
+	// FollowsPlan marks samples from clients that apply hotkeyd's plan (the Go SDK), so
+	// that client-side mitigations such as L1 reach this traffic.
+	FollowsPlan bool
 }
 
 // Drop reasons that sources report to Sink.Drop. They are label values in metrics.
