@@ -9,8 +9,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -349,45 +352,97 @@ func setNoDelay(c net.Conn) {
 // toServer forwards client to server and samples its copy of the bytes.
 func (pc *proxyConn) toServer() {
 	buf := make([]byte, pc.p.bufSize)
-	for {
-		n, err := pc.client.Read(buf)
-		if n > 0 {
-			if _, werr := pc.up.Write(buf[:n]); werr != nil {
-				pc.p.log.Debug("proxy: write upstream", "err", werr)
-				pc.closeBoth()
-				return
-			}
-			pc.parse(buf[:n])
-		}
-		if err != nil {
-			if err == io.EOF {
-				// The client is done sending; let the server finish its replies, after
-				// which it closes and toClient closes everything.
-				if tc, ok := pc.up.(*net.TCPConn); ok && tc.CloseWrite() == nil {
-					return
-				}
-			}
-			pc.closeBoth()
+	err, werr := pump(pc.up, pc.client, buf, pc.parse)
+	if werr != nil {
+		pc.p.log.Debug("proxy: write upstream", "err", werr)
+	}
+	if err == io.EOF {
+		// The client is done sending; let the server finish its replies, after which it
+		// closes and toClient closes everything.
+		if tc, ok := pc.up.(*net.TCPConn); ok && tc.CloseWrite() == nil {
 			return
 		}
 	}
+	pc.closeBoth()
 }
 
 // toClient forwards server to client untouched.
 func (pc *proxyConn) toClient() {
 	buf := make([]byte, pc.p.bufSize)
-	for {
-		n, err := pc.up.Read(buf)
-		if n > 0 {
-			if _, werr := pc.client.Write(buf[:n]); werr != nil {
-				break
+	_, _ = pump(pc.client, pc.up, buf, nil)
+	pc.closeBoth()
+}
+
+// pump copies src to dst through buf, handing each chunk to seen (when not nil) after it
+// was written, until src ends (err io.EOF), reading fails (err), or writing fails (werr).
+//
+// A request–response protocol leaves each direction of a connection empty right after
+// each message: the client waits for its reply before it sends more. A loop of
+// net.Conn.Read tries read(2) first and waits for the poller only on EAGAIN, so every
+// message costs a second read(2) that finds nothing. pump reads inside
+// syscall.RawConn.Read instead, and when a read returned less than buf (the socket was
+// empty then), it goes straight to the poller: Go's netpoll is edge-triggered and
+// remembers an edge that came while nobody waited, so no byte is missed, and staying
+// inside one RawConn.Read call keeps that memory (each new Read would reset it). A read
+// that filled buf may have left bytes behind: then it reads again at once. A src that is
+// not a syscall.Conn is copied with plain reads.
+func pump(dst, src net.Conn, buf []byte, seen func([]byte)) (err, werr error) {
+	var raw syscall.RawConn
+	if sc, ok := src.(syscall.Conn); ok && runtime.GOOS != "windows" { // Windows polls otherwise
+		raw, _ = sc.SyscallConn()
+	}
+	if raw == nil {
+		for {
+			n, rerr := src.Read(buf)
+			if n > 0 {
+				if _, werr = dst.Write(buf[:n]); werr != nil {
+					return nil, werr
+				}
+				if seen != nil {
+					seen(buf[:n])
+				}
+			}
+			if rerr != nil {
+				return rerr, nil
 			}
 		}
-		if err != nil {
-			break
-		}
 	}
-	pc.closeBoth()
+	rerr := raw.Read(func(fd uintptr) bool {
+		for {
+			n, e := sysRead(syscall.Read, fd, buf)
+			switch {
+			case e == syscall.EINTR:
+				continue
+			case e == syscall.EAGAIN:
+				return false // wait until readable
+			case e != nil:
+				err = os.NewSyscallError("read", e)
+				return true
+			case n == 0:
+				err = io.EOF
+				return true
+			}
+			if _, werr = dst.Write(buf[:n]); werr != nil {
+				return true
+			}
+			if seen != nil {
+				seen(buf[:n])
+			}
+			if n < len(buf) {
+				return false // drained: wait for the poller, not for EAGAIN
+			}
+		}
+	})
+	if err == nil && werr == nil {
+		err = rerr // the poller's error: src was closed
+	}
+	return err, werr
+}
+
+// sysRead calls read, syscall.Read, with fd converted to its descriptor type: an int on
+// Unix, a Handle elsewhere. It keeps pump in one file for every platform.
+func sysRead[F ~int | ~uintptr](read func(F, []byte) (int, error), fd uintptr, p []byte) (int, error) {
+	return read(F(fd), p)
 }
 
 // draw returns how many commands to count before the next sample, that one included: a

@@ -1,0 +1,318 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// target is one address redis-benchmark is pointed at, and the process behind it whose
+// CPU time is counted as the proxy's.
+type target struct {
+	name  string
+	port  int
+	proxy *proc // nil for direct Redis
+}
+
+// benchResult is one redis-benchmark run: per test, requests/s and latencies; and the CPU
+// time each process spent on it.
+type benchResult struct {
+	rps, p50, p99      map[string]float64 // by test: SET, GET
+	cpuBench, cpuRedis time.Duration
+	cpuProxy, wall     time.Duration
+	requests           int
+	pipeline           int
+	target             string
+}
+
+func runProxy(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(e.log)
+	bin, quick := commonFlags(fs)
+	rounds := fs.Int("rounds", 3, "interleaved rounds; the tables show medians")
+	n1 := fs.Int("n", 100000, "requests per test (-n of redis-benchmark) with -P 1")
+	n16 := fs.Int("n16", 500000, "requests per test with -P 16")
+	clients := fs.Int("c", 50, "redis-benchmark connections (-c)")
+	keyspace := fs.Int("r", 100000, "redis-benchmark key space (-r)")
+	tests := fs.String("t", "get,set", "redis-benchmark tests (-t)")
+	binB := fs.String("bin-b", "", "a second hotkeyd binary to compare, shown as \"hotkeyd proxy B\" (A/B work on the proxy)")
+	pipes := fs.String("pipelines", "1,16", "redis-benchmark -P values, comma-separated")
+	onlyHK := fs.Bool("hotkeyd-only", false, "skip twemproxy and the GOMAXPROCS=1 proxy (for quick A/B work on the proxy)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *quick {
+		*rounds, *n1, *n16 = 1, 2000, 4000
+	}
+	var pipelines []int
+	for _, f := range strings.Split(*pipes, ",") {
+		pl, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || pl < 1 {
+			return fmt.Errorf("-pipelines %q: must be positive integers, comma-separated", *pipes)
+		}
+		pipelines = append(pipelines, pl)
+	}
+	for _, tool := range []string{"redis-server", "redis-benchmark", "nutcracker"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found: run scripts/test.sh once, it installs redis-server, redis-tools and nutcracker", tool)
+		}
+	}
+	hk, err := e.binary(ctx, *bin)
+	if err != nil {
+		return err
+	}
+	redis, rport, err := e.startRedis(ctx)
+	if err != nil {
+		return err
+	}
+	targets := []target{{name: "direct Redis", port: rport}}
+
+	startProxy := func(name string, environ []string, hk string) error {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		a, err := e.startAgent(ctx, hk, false, environ, "--proxy-listen", addr(port), "--proxy-upstream", addr(rport))
+		if err != nil {
+			return err
+		}
+		if err := waitTCP(ctx, a.proc, addr(port)); err != nil {
+			return err
+		}
+		targets = append(targets, target{name: name, port: port, proxy: a.proc})
+		return nil
+	}
+	if err := startProxy("hotkeyd proxy", nil, hk); err != nil {
+		return err
+	}
+	if *binB != "" {
+		if err := startProxy("hotkeyd proxy B", nil, *binB); err != nil {
+			return err
+		}
+	}
+	if !*onlyHK {
+		if err := startProxy("hotkeyd proxy, GOMAXPROCS=1", []string{"GOMAXPROCS=1"}, hk); err != nil {
+			return err
+		}
+		nc, port, err := e.startTwemproxy(ctx, rport)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, target{name: "twemproxy", port: port, proxy: nc})
+	}
+
+	// Warm up every path once (connections, page cache of the binaries, Redis' keys).
+	for _, t := range targets {
+		if _, err := redisBenchmark(ctx, t, redis, *clients, 1, min(*n1, 5000), *keyspace, *tests); err != nil {
+			return err
+		}
+	}
+	var results []benchResult
+	start := time.Now()
+	for r := range *rounds {
+		for _, pl := range pipelines {
+			n := *n1
+			if pl > 1 {
+				n = *n16
+			}
+			// Rotate the order each round so that no target always runs first or last.
+			for i := range targets {
+				t := targets[(i+r)%len(targets)]
+				res, err := redisBenchmark(ctx, t, redis, *clients, pl, n, *keyspace, *tests)
+				if err != nil {
+					return err
+				}
+				res.target = t.name
+				results = append(results, res)
+				fmt.Fprintf(e.log, "round %d -P %d %-28s %v rps in %v\n", r+1, pl, t.name, res.rps, res.wall.Round(time.Millisecond))
+			}
+		}
+	}
+	e.header(fs, "Proxy tap: redis-benchmark through the proxy, ratio to direct Redis")
+	fmt.Fprintf(e.out, "redis-benchmark -c %d -r %d -t %s, -n %d with -P 1 and -n %d with a higher -P; "+
+		"%d interleaved rounds (order rotated per round), medians; a ratio is the median over rounds of "+
+		"(this target ÷ direct Redis in the same round). twemproxy: nutcracker %s. Total %v.\n\n",
+		*clients, *keyspace, *tests, *n1, *n16, *rounds, twemproxySettings, time.Since(start).Round(time.Second))
+	e.proxyTables(targets, results, pipelines, *rounds, strings.Split(strings.ToUpper(*tests), ","))
+	return nil
+}
+
+// proxyTables prints the throughput and the CPU tables.
+func (e *env) proxyTables(targets []target, results []benchResult, pipelines []int, rounds int, tests []string) {
+	find := func(round, pl int, name string) *benchResult {
+		k := 0
+		for i := range results {
+			if results[i].pipeline == pl && results[i].target == name {
+				if k == round {
+					return &results[i]
+				}
+				k++
+			}
+		}
+		return nil
+	}
+	var rows [][]string
+	for _, pl := range pipelines {
+		for _, t := range targets {
+			for _, test := range tests {
+				var rps, ratio, p50, p99 []float64
+				for r := range rounds {
+					res, base := find(r, pl, t.name), find(r, pl, targets[0].name)
+					if res == nil || base == nil {
+						continue
+					}
+					rps = append(rps, res.rps[test])
+					p50 = append(p50, res.p50[test])
+					p99 = append(p99, res.p99[test])
+					if base.rps[test] > 0 {
+						ratio = append(ratio, res.rps[test]/base.rps[test])
+					}
+				}
+				rows = append(rows, []string{t.name, strconv.Itoa(pl), test, thousands(median(rps)),
+					"**" + f2(median(ratio)) + "×**", fmt.Sprintf("%.2f–%.2f", quantile(ratio, 0), quantile(ratio, 1)),
+					f3(median(p50)), f3(median(p99))})
+			}
+		}
+	}
+	e.table([]string{"target", "-P", "test", "req/s", "ratio to direct", "ratio range", "p50 ms", "p99 ms"}, rows)
+
+	fmt.Fprintf(e.out, "CPU time per request (µs, user+system from /proc/PID/stat and rusage, median over rounds; "+
+		"both tests together). On 2 cores the three processes share 2 s of CPU per second, so "+
+		"the total bounds the throughput when the machine is otherwise idle.\n\n")
+	rows = nil
+	for _, pl := range pipelines {
+		for _, t := range targets {
+			var cb, cr, cp, tot, ratio []float64
+			for r := range rounds {
+				res, base := find(r, pl, t.name), find(r, pl, targets[0].name)
+				if res == nil || base == nil {
+					continue
+				}
+				per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(res.requests) }
+				cb = append(cb, per(res.cpuBench))
+				cr = append(cr, per(res.cpuRedis))
+				cp = append(cp, per(res.cpuProxy))
+				total := per(res.cpuBench + res.cpuRedis + res.cpuProxy)
+				tot = append(tot, total)
+				bt := float64((base.cpuBench + base.cpuRedis).Microseconds()) / float64(base.requests)
+				ratio = append(ratio, total/bt)
+			}
+			proxy := f2(median(cp))
+			if t.proxy == nil {
+				proxy = "–"
+			}
+			rows = append(rows, []string{t.name, strconv.Itoa(pl), f2(median(cb)), f2(median(cr)), proxy, f2(median(tot)), f2(median(ratio)) + "×"})
+		}
+	}
+	e.table([]string{"target", "-P", "redis-benchmark", "redis-server", "proxy", "total", "total vs direct"}, rows)
+}
+
+// redisBenchmark runs one redis-benchmark against t and measures the CPU time of the
+// benchmark, of Redis and of the proxy.
+func redisBenchmark(ctx context.Context, t target, redis *proc, clients, pipeline, n, keyspace int, tests string) (benchResult, error) {
+	res := benchResult{rps: map[string]float64{}, p50: map[string]float64{}, p99: map[string]float64{},
+		pipeline: pipeline, target: t.name}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "redis-benchmark", "-h", "127.0.0.1", "-p", strconv.Itoa(t.port),
+		"-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "-r", strconv.Itoa(keyspace),
+		"-t", tests, "-P", strconv.Itoa(pipeline), "--csv", "-q")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	r0, err := cpuTime(redis.Pid())
+	if err != nil {
+		return res, err
+	}
+	var p0 time.Duration
+	if t.proxy != nil {
+		if p0, err = cpuTime(t.proxy.Pid()); err != nil {
+			return res, err
+		}
+	}
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return res, fmt.Errorf("redis-benchmark against %s: %v: %s", t.name, err, errb.String())
+	}
+	res.wall = time.Since(start)
+	r1, err := cpuTime(redis.Pid())
+	if err != nil {
+		return res, err
+	}
+	res.cpuRedis = r1 - r0
+	if t.proxy != nil {
+		p1, err := cpuTime(t.proxy.Pid())
+		if err != nil {
+			return res, err
+		}
+		res.cpuProxy = p1 - p0
+	}
+	res.cpuBench = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	recs, err := csv.NewReader(&out).ReadAll()
+	if err != nil || len(recs) < 2 {
+		return res, fmt.Errorf("redis-benchmark against %s: CSV %q: %v", t.name, out.String(), err)
+	}
+	col := map[string]int{}
+	for i, h := range recs[0] {
+		col[h] = i
+	}
+	for _, need := range []string{"test", "rps", "p50_latency_ms", "p99_latency_ms"} {
+		if _, ok := col[need]; !ok {
+			return res, fmt.Errorf("redis-benchmark CSV has no %q column (redis-benchmark 7 or later needed): %q", need, recs[0])
+		}
+	}
+	for _, rec := range recs[1:] {
+		test := rec[col["test"]]
+		res.rps[test], _ = strconv.ParseFloat(rec[col["rps"]], 64)
+		res.p50[test], _ = strconv.ParseFloat(rec[col["p50_latency_ms"]], 64)
+		res.p99[test], _ = strconv.ParseFloat(rec[col["p99_latency_ms"]], 64)
+		res.requests += n
+	}
+	return res, nil
+}
+
+// twemproxySettings describes the pool loadrun gives twemproxy: one server connection
+// that every client's requests are pipelined onto (twemproxy's design and its fastest
+// setting against one Redis), connected before the first client, no timeouts, no
+// ejection, default 16 KiB mbufs.
+const twemproxySettings = "`redis: true`, `server_connections: 1`, `preconnect: true`, `auto_eject_hosts: false`, no `timeout`, default mbuf size (16 KiB)"
+
+// startTwemproxy starts nutcracker in front of the Redis on rport.
+func (e *env) startTwemproxy(ctx context.Context, rport int) (*proc, int, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, 0, err
+	}
+	d, err := e.dir()
+	if err != nil {
+		return nil, 0, err
+	}
+	conf := filepath.Join(d, "nutcracker.yml")
+	yml := fmt.Sprintf(`bench:
+  listen: %s
+  hash: fnv1a_64
+  distribution: ketama
+  redis: true
+  preconnect: true
+  auto_eject_hosts: false
+  server_connections: 1
+  servers:
+   - %s:1
+`, addr(ports[0]), addr(rport))
+	if err := os.WriteFile(conf, []byte(yml), 0o644); err != nil {
+		return nil, 0, err
+	}
+	p, err := e.start("nutcracker", nil, "nutcracker", "-c", conf, "-s", strconv.Itoa(ports[1]), "-a", "127.0.0.1",
+		"-o", filepath.Join(d, "nutcracker.out"), "-v", "4")
+	if err != nil {
+		return nil, 0, err
+	}
+	return p, ports[0], waitTCP(ctx, p, addr(ports[0]))
+}
