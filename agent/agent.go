@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/mitigate"
 	"github.com/hotkeyd/hotkeyd/sampler"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -42,6 +43,12 @@ type Options struct {
 	MaxSamplesPerReport int
 	// HashKeys replaces key names by a short hash in the API and in metrics.
 	HashKeys bool
+	// RedisAddrs are Redis addresses (a standalone server, or any nodes of a cluster);
+	// with them the agent learns the topology, names copies on distinct primaries and
+	// publishes the plan in Redis. Empty: detection and client-side mitigations only.
+	RedisAddrs []string
+	// Planner configures the mitigation rules, hysteresis and lease. Default: mitigate's.
+	Planner mitigate.PlannerOptions
 	// History is how many one-second points of rate history a key keeps. Default: 60.
 	History int
 	// Sources build extra sample sources (the proxy tap, MONITOR) that send to the agent;
@@ -77,7 +84,11 @@ type Agent struct {
 	http     *http.Server
 	httpLn   net.Listener
 	view     atomic.Pointer[view]
-	history  *histories // owned by the evaluation loop; read through view
+	planner  *mitigate.Planner
+	store    *mitigate.Store
+	redis    atomic.Pointer[redisState] // nil until the topology is known
+	toRedis  chan mitigate.Plan         // the newest plan not yet published in Redis
+	history  *histories                 // owned by the evaluation loop; read through view
 	ready    atomic.Bool
 	lastEval atomic.Int64 // unix nanoseconds of the last evaluation
 
@@ -119,6 +130,21 @@ func New(o Options) (*Agent, error) {
 	}
 	a := &Agent{opts: o, det: det, tracker: tr, log: o.Logger, now: o.Now, history: newHistories(o.History)}
 	a.opts.Detector = det.Options()
+	if o.Planner.Now == nil {
+		o.Planner.Now = o.Now
+	}
+	if a.planner, err = mitigate.NewPlanner(o.Planner); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a.store = mitigate.NewStore(mitigate.StoreOptions{Now: o.Now})
+	a.toRedis = make(chan mitigate.Plan, 1)
+	a.store.Subscribe(func(p mitigate.Plan) {
+		select { // keep only the newest: drop a plan still waiting
+		case <-a.toRedis:
+		default:
+		}
+		a.toRedis <- p
+	})
 	a.view.Store(&view{})
 	if a.metrics, err = newMetrics(a, o.Registry); err != nil {
 		return nil, err
@@ -262,6 +288,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	wg.Go(func() { a.loop(ctx) })
+	if len(a.opts.RedisAddrs) > 0 {
+		wg.Go(func() { a.connectRedis(ctx) })
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case p := <-a.toRedis:
+					a.publishToRedis(p)
+				}
+			}
+		})
+	}
 	a.ready.Store(true)
 	a.log.Info("hotkeyd agent started", "http", addrString(a.HTTPAddr()), "udp", addrString(a.UDPAddr()),
 		"window", a.opts.Detector.Window(), "topk", a.opts.Detector.K)
@@ -271,6 +310,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.shutdown()
 	wg.Wait()
 	a.evaluate() // count what arrived while draining
+	a.closeRedis()
 	close(errc)
 	var errs []error
 	for err := range errc {

@@ -23,6 +23,9 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle("/v1/samples", a.authorized(samples))
 	mux.HandleFunc("GET /v1/topk", a.topk)
 	mux.HandleFunc("GET /v1/keys/{key...}", a.key)
+	mux.HandleFunc("GET /v1/plan", a.plan)
+	mux.Handle("/v1/plan/overrides", a.authorized(http.HandlerFunc(a.overrides)))
+	mux.Handle("DELETE /v1/plan/overrides/{key...}", a.authorized(http.HandlerFunc(a.overrides)))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{Registry: a.opts.Registry}))
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /readyz", a.readyz)
@@ -138,9 +141,12 @@ func (a *Agent) keyReply(v *view, k detector.Key, readRate, writeRate, total flo
 		ReadRate:    readRate,
 		WriteRate:   writeRate,
 		PredictedBy: []string{},
-		Mitigations: []string{},
+		Mitigations: v.mitigations[k.Key],
 		Counter:     k.Flags&detector.FlagCounter != 0,
 		Truncated:   k.Flags&FlagTruncated != 0,
+	}
+	if j.Mitigations == nil {
+		j.Mitigations = []string{}
 	}
 	if total > 0 {
 		j.Share = j.Rate / total

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/mitigate"
 )
 
 // view is what the API and metrics show: the result of one evaluation, never modified
@@ -19,6 +20,12 @@ type view struct {
 	byKey    map[string]int   // key → index in levels
 	history  map[string][]Point
 	hot      int
+	// mitigations lists, per key, the active mitigations as "kind:mode".
+	mitigations map[string][]string
+	// nodes is each primary's share of the ranked keys' load; nil without a topology.
+	nodes []mitigate.NodeLoad
+	// planVersion is the version of the current plan.
+	planVersion uint64
 }
 
 func (v *view) level(key string) (detector.Level, bool) {
@@ -95,6 +102,11 @@ func (a *Agent) evaluate() {
 	snap := a.det.Snapshot(now, detector.All, 0)
 	levels, changes := a.tracker.Update(&snap)
 	a.det.Advance(now)
+	namer := a.namer()
+	if plan, changed := a.planner.Update(now, keyStats(levels, snap.Covered), namer); changed {
+		plan = a.store.Publish(plan)
+		a.log.Info("plan changed", "version", plan.Version, "entries", len(plan.Entries))
+	}
 	for _, c := range changes {
 		a.metrics.change(c)
 		if c.Hot {
@@ -113,6 +125,16 @@ func (a *Agent) evaluate() {
 		byKey:    make(map[string]int, len(levels)),
 		history:  a.history.add(now, levels),
 		hot:      a.tracker.Hot(),
+
+		mitigations: planEntries(a.planner.Active()),
+		planVersion: a.store.Current().Version,
+	}
+	if st := a.redis.Load(); st != nil {
+		loads := make([]mitigate.KeyLoad, len(levels))
+		for i, l := range levels {
+			loads[i] = mitigate.KeyLoad{Key: l.Key.Key, Rate: l.ReadRate + l.WriteRate}
+		}
+		v.nodes = mitigate.NodeShares(loads, st.topo, 3)
 	}
 	for i, l := range levels {
 		v.byKey[l.Key.Key] = i

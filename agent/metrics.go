@@ -24,6 +24,7 @@ type metrics struct {
 
 	keyRate, keyShare, keyHot, keyLevel   *prometheus.Desc
 	traffic, distinct, hot, lag, keysDesc *prometheus.Desc
+	mitigations, planVersion, nodeShare   *prometheus.Desc
 }
 
 func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
@@ -56,6 +57,10 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		hot:      prometheus.NewDesc("hotkeyd_hot_keys", "Keys currently hot.", nil, nil),
 		lag:      prometheus.NewDesc("hotkeyd_ingest_lag_seconds", "Age of the newest evaluated window: how far what the agent shows trails the samples it has taken.", nil, nil),
 		keysDesc: prometheus.NewDesc("hotkeyd_topk_keys", "Keys in the combined top-k ranking (the per-key series shown).", nil, nil),
+
+		mitigations: prometheus.NewDesc("hotkeyd_mitigations", "Active mitigations by kind and mode (observe ones included).", []string{"kind", "mode"}, nil),
+		planVersion: prometheus.NewDesc("hotkeyd_plan_version", "Version of the current mitigation plan.", nil, nil),
+		nodeShare:   prometheus.NewDesc("hotkeyd_node_share", "A primary's share of the load of the ranked keys, from sampled rates and the slot map.", []string{"primary"}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.samples, m.drops, m.changes, m.delay, m} {
 		if err := reg.Register(c); err != nil {
@@ -105,7 +110,7 @@ func (m *metrics) change(c detector.Change) {
 
 // Describe sends the descriptions of the per-key and window series.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc} {
+	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc, m.mitigations, m.planVersion, m.nodeShare} {
 		ch <- d
 	}
 }
@@ -127,6 +132,19 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		lag = max(0, m.a.now().Sub(v.at).Seconds())
 	}
 	gauge(m.lag, lag)
+	gauge(m.planVersion, float64(v.planVersion))
+	counts := map[[2]string]int{}
+	for _, e := range m.a.planner.Active() {
+		counts[[2]string{string(e.Kind), string(e.Mode)}]++
+	}
+	for km, n := range counts {
+		gauge(m.mitigations, float64(n), km[0], km[1])
+	}
+	for _, n := range v.nodes {
+		if n.Primary != "" {
+			gauge(m.nodeShare, n.Share, n.Primary)
+		}
+	}
 	for _, l := range v.levels {
 		k := m.a.display(l.Key.Key)
 		gauge(m.keyRate, l.ReadRate, k, "read")

@@ -18,6 +18,7 @@ type Config struct {
 	Limits   Limits   `yaml:"limits"`
 	Hot      Hot      `yaml:"hot"`
 	Metrics  Metrics  `yaml:"metrics"`
+	Mitigate Mitigate `yaml:"mitigate"`
 	Log      Log      `yaml:"log"`
 }
 
@@ -152,6 +153,40 @@ type Override struct {
 	WriteShare float64 `yaml:"write_share"`
 }
 
+// Mitigate configures the mitigation rules and the plan.
+type Mitigate struct {
+	// Modes sets how far each kind of mitigation goes: observe (metrics only), recommend
+	// (in the plan, marked, not applied) or enforce. Defaults: enforce for l1 and
+	// batched_counter, observe for copies and sharded_counter.
+	Modes Modes `yaml:"modes"`
+	// L1TTL is how long SDK clients cache a hot key. Default 1s; allowed 10ms..1h.
+	L1TTL time.Duration `yaml:"l1_ttl"`
+	// NodeCapacity is the operations per second one Redis node takes. Default 100000.
+	NodeCapacity float64 `yaml:"node_capacity"`
+	// Headroom is the share of NodeCapacity one key may use before it is split.
+	// Default 0.5; allowed (0, 1].
+	Headroom float64 `yaml:"headroom"`
+	// FlushInterval is how often SDK clients send a batched counter's increments.
+	// Default 100ms; allowed 1ms..1m.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	// MinActive is the least time a mitigation stays once started. Default 30s.
+	MinActive time.Duration `yaml:"min_active"`
+	// CoolDown is how long a key must have stopped needing a mitigation before it ends.
+	// Default 60s.
+	CoolDown time.Duration `yaml:"cool_down"`
+	// Lease is how long a plan entry stays valid at a client that lost the agent.
+	// Default 60s; at least 2s.
+	Lease time.Duration `yaml:"lease"`
+}
+
+// Modes sets the mode of each kind of mitigation.
+type Modes struct {
+	L1             string `yaml:"l1"`
+	Copies         string `yaml:"copies"`
+	ShardedCounter string `yaml:"sharded_counter"`
+	BatchedCounter string `yaml:"batched_counter"`
+}
+
 // Metrics configures what the metrics and the HTTP API reveal.
 type Metrics struct {
 	// HashKeys replaces key names by a short hash in metrics and the API, for privacy.
@@ -191,5 +226,15 @@ func Default() Config {
 			CoolTicks: 10,
 		},
 		Log: Log{Level: "info", Format: "text"},
+		Mitigate: Mitigate{
+			Modes:         Modes{L1: "enforce", Copies: "observe", ShardedCounter: "observe", BatchedCounter: "enforce"},
+			L1TTL:         time.Second,
+			NodeCapacity:  100000,
+			Headroom:      0.5,
+			FlushInterval: 100 * time.Millisecond,
+			MinActive:     30 * time.Second,
+			CoolDown:      60 * time.Second,
+			Lease:         60 * time.Second,
+		},
 	}
 }

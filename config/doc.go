@@ -64,6 +64,17 @@
 //	hot.cool_ticks                 10              1..10000 consecutive ticks below that line
 //	hot.overrides                  (none)          list of {pattern, read_rate, read_share, write_rate, write_share}
 //	metrics.hash_keys              false           true replaces key names by a short hash in metrics and the API
+//	mitigate.modes.l1              enforce         observe, recommend or enforce (also for the three below)
+//	mitigate.modes.copies          observe
+//	mitigate.modes.sharded_counter observe
+//	mitigate.modes.batched_counter enforce
+//	mitigate.l1_ttl                1s              10ms..1h: how long SDK clients cache a hot key
+//	mitigate.node_capacity         100000          > 0 operations/s one Redis node takes
+//	mitigate.headroom              0.5             (0, 1]: share of a node one key may use before it is split
+//	mitigate.flush_interval        100ms           1ms..1m: how often SDK clients send batched increments
+//	mitigate.min_active            30s             1s..24h: least time a mitigation stays
+//	mitigate.cool_down             60s             1s..24h: how long a key must stay cool before it ends
+//	mitigate.lease                 60s             2s..1h: how long a plan entry lives at a client that lost the agent
 //	log.level                      info            debug, info, warn, error (--log-level)
 //	log.format                     text            text, json
 //

@@ -113,6 +113,20 @@ func (c Config) Validate() error {
 		}
 	}
 
+	m := c.Mitigate
+	modes := []string{"observe", "recommend", "enforce"}
+	v.oneOf("mitigate.modes.l1", m.Modes.L1, modes...)
+	v.oneOf("mitigate.modes.copies", m.Modes.Copies, modes...)
+	v.oneOf("mitigate.modes.sharded_counter", m.Modes.ShardedCounter, modes...)
+	v.oneOf("mitigate.modes.batched_counter", m.Modes.BatchedCounter, modes...)
+	v.duration("mitigate.l1_ttl", m.L1TTL, 10*time.Millisecond, time.Hour)
+	v.rate("mitigate.node_capacity", m.NodeCapacity, false)
+	v.share("mitigate.headroom", m.Headroom, false)
+	v.duration("mitigate.flush_interval", m.FlushInterval, time.Millisecond, time.Minute)
+	v.duration("mitigate.min_active", m.MinActive, time.Second, 24*time.Hour)
+	v.duration("mitigate.cool_down", m.CoolDown, time.Second, 24*time.Hour)
+	v.duration("mitigate.lease", m.Lease, 2*time.Second, time.Hour)
+
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")
 
@@ -148,6 +162,12 @@ func show(value any) string {
 		return x.String()
 	}
 	return fmt.Sprint(value)
+}
+
+func (v *validator) duration(key string, d, lo, hi time.Duration) {
+	if d < lo || d > hi {
+		v.add(key, d, "is out of range", fmt.Sprintf("use a duration between %v and %v", lo, hi))
+	}
 }
 
 func (v *validator) intRange(key string, n, lo, hi int) {

@@ -105,6 +105,11 @@ func TestValidateRejects(t *testing.T) {
 		{"override sets nothing", func(c *Config) { c.Hot.Overrides = []Override{{Pattern: "a"}} }, `hot.overrides[0]: "a" sets no threshold`},
 		{"log.level", func(c *Config) { c.Log.Level = "verbose" }, `log.level: "verbose" is not allowed; use one of debug, info, warn, error`},
 		{"log.format", func(c *Config) { c.Log.Format = "xml" }, `log.format: "xml" is not allowed; use one of text, json`},
+		{"mitigate.modes.copies", func(c *Config) { c.Mitigate.Modes.Copies = "yes" }, `mitigate.modes.copies: "yes" is not allowed; use one of observe, recommend, enforce`},
+		{"mitigate.l1_ttl", func(c *Config) { c.Mitigate.L1TTL = 0 }, `mitigate.l1_ttl: 0s is out of range; use a duration between 10ms and 1h0m0s`},
+		{"mitigate.headroom", func(c *Config) { c.Mitigate.Headroom = 2 }, `mitigate.headroom: 2`},
+		{"mitigate.node_capacity", func(c *Config) { c.Mitigate.NodeCapacity = -1 }, `mitigate.node_capacity: -1`},
+		{"mitigate.lease", func(c *Config) { c.Mitigate.Lease = time.Second }, `mitigate.lease: 1s is out of range`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/hotkeyd/hotkeyd/agent"
 	"github.com/hotkeyd/hotkeyd/config"
 	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/mitigate"
 	"github.com/hotkeyd/hotkeyd/sampler"
 )
 
@@ -84,6 +85,8 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 		MaxBodyBytes:        int64(cfg.HTTP.MaxBodyBytes),
 		MaxSamplesPerReport: cfg.Limits.MaxSamplesPerReport,
 		HashKeys:            cfg.Metrics.HashKeys,
+		RedisAddrs:          cfg.Redis.Addrs,
+		Planner:             plannerOptions(cfg.Mitigate),
 		Logger:              log,
 	}
 	if cfg.Proxy.Listen != "" {
@@ -111,6 +114,26 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 		})
 	}
 	return opts, nil
+}
+
+func plannerOptions(m config.Mitigate) mitigate.PlannerOptions {
+	return mitigate.PlannerOptions{
+		Rules: mitigate.Rules{
+			L1TTL:         m.L1TTL,
+			NodeCapacity:  m.NodeCapacity,
+			Headroom:      m.Headroom,
+			FlushInterval: m.FlushInterval,
+			Modes: map[mitigate.Kind]mitigate.Mode{
+				mitigate.L1:             mitigate.Mode(m.Modes.L1),
+				mitigate.Copies:         mitigate.Mode(m.Modes.Copies),
+				mitigate.ShardedCounter: mitigate.Mode(m.Modes.ShardedCounter),
+				mitigate.BatchedCounter: mitigate.Mode(m.Modes.BatchedCounter),
+			},
+		},
+		MinActive: m.MinActive,
+		CoolDown:  m.CoolDown,
+		Lease:     m.Lease,
+	}
 }
 
 func newLogger(c config.Log, w io.Writer) *slog.Logger {

@@ -1,0 +1,268 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/mitigate"
+	"github.com/redis/go-redis/v9"
+)
+
+// PlanKey and PlanChannel are where the agent publishes each new plan in Redis, when a
+// Redis address is configured: the plan's JSON is stored under PlanKey and published on
+// PlanChannel, so that clients and other agents converge even while one agent restarts.
+const (
+	PlanKey     = "hotkeyd:plan"
+	PlanChannel = "hotkeyd:plan"
+)
+
+// maxPlanWait bounds the wait parameter of GET /v1/plan.
+const maxPlanWait = 60 * time.Second
+
+// redisState is the Redis side of the agent, once the topology is known.
+type redisState struct {
+	topo *mitigate.Topology
+	rdb  redis.UniversalClient
+}
+
+// connectRedis learns the topology from the configured addresses, retrying every few
+// seconds until it succeeds or ctx ends (detection works meanwhile), then keeps the
+// topology fresh until ctx ends.
+func (a *Agent) connectRedis(ctx context.Context) {
+	for {
+		topo, err := mitigate.NewTopology(ctx, mitigate.TopologyOptions{
+			Seeds:   a.opts.RedisAddrs,
+			OnError: func(err error) { a.log.Warn("redis topology refresh failed", "err", err) },
+		})
+		if err == nil {
+			st := &redisState{topo: topo}
+			if topo.IsCluster() {
+				st.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.opts.RedisAddrs})
+			} else {
+				st.rdb = redis.NewClient(&redis.Options{Addr: a.opts.RedisAddrs[0]})
+			}
+			a.redis.Store(st)
+			a.log.Info("redis topology known", "cluster", topo.IsCluster(), "primaries", topo.PrimaryAddrs())
+			topo.Run(ctx)
+			return
+		}
+		a.log.Warn("redis unreachable; detection goes on, mitigations that need Redis wait", "addrs", a.opts.RedisAddrs, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// closeRedis closes the Redis client and topology, if any.
+func (a *Agent) closeRedis() {
+	if st := a.redis.Load(); st != nil {
+		st.rdb.Close()
+		st.topo.Close()
+	}
+}
+
+// namer returns the topology to name copies with, nil while none is known.
+func (a *Agent) namer() mitigate.Namer {
+	if st := a.redis.Load(); st != nil {
+		return st.topo
+	}
+	return nil
+}
+
+// publishToRedis stores and publishes a plan in Redis; failures are logged, never fatal.
+func (a *Agent) publishToRedis(p mitigate.Plan) {
+	st := a.redis.Load()
+	if st == nil {
+		return
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		a.log.Error("encoding the plan", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := st.rdb.Set(ctx, PlanKey, b, 0).Err(); err != nil {
+		a.log.Warn("storing the plan in redis", "key", PlanKey, "err", err)
+	}
+	if err := st.rdb.Publish(ctx, PlanChannel, b).Err(); err != nil {
+		a.log.Warn("publishing the plan in redis", "channel", PlanChannel, "err", err)
+	}
+}
+
+// keyStats turns the evaluated levels into what the mitigation rules read.
+func keyStats(levels []detector.Level, covered time.Duration) []mitigate.KeyStats {
+	var out []mitigate.KeyStats
+	for _, l := range levels {
+		if !l.Hot {
+			continue
+		}
+		ks := mitigate.KeyStats{
+			Key:       l.Key.Key,
+			ReadRate:  l.ReadRate,
+			WriteRate: l.WriteRate,
+			Counter:   l.Key.Flags&detector.FlagCounter != 0,
+			Hot:       true,
+			SDKShare:  sdkShare(l.Key.Flags),
+		}
+		if covered > 0 {
+			ks.BytesRate = float64(l.Key.Bytes) / covered.Seconds()
+		}
+		out = append(out, ks)
+	}
+	return out
+}
+
+// sdkShare estimates the share of a key's traffic from plan-following clients from where
+// it was seen: all of it, none of it, or — seen from both — half, a coarse middle.
+func sdkShare(flags uint8) float64 {
+	sdk, other := flags&FlagFollowsPlan != 0, flags&FlagOther != 0
+	switch {
+	case sdk && !other:
+		return 1
+	case sdk && other:
+		return 0.5
+	}
+	return 0
+}
+
+// planEntries returns, per key, the mitigations of the plan and the planner's observed
+// ones, as "kind:mode" strings for /v1/topk.
+func planEntries(active []mitigate.Entry) map[string][]string {
+	m := make(map[string][]string)
+	for _, e := range active {
+		if e.Kind == mitigate.Report {
+			continue
+		}
+		m[e.Key] = append(m[e.Key], string(e.Kind)+":"+string(e.Mode))
+	}
+	return m
+}
+
+// plan answers GET /v1/plan[?after=VERSION&wait=30s]: the current plan at once, or, with
+// after, a newer one as soon as there is one, waiting up to wait; 304 when none came.
+// The ETag is the version; If-None-Match works as after.
+func (a *Agent) plan(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	after, hasAfter := uint64(0), false
+	if s := q.Get("after"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("after: %q is not a plan version; use the version of the plan you hold, a whole number", s))
+			return
+		}
+		after, hasAfter = v, true
+	} else if s := strings.Trim(r.Header.Get("If-None-Match"), `"`); s != "" {
+		if v, err := strconv.ParseUint(s, 10, 64); err == nil {
+			after, hasAfter = v, true
+		}
+	}
+	wait := time.Duration(0)
+	if s := q.Get("wait"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 || d > maxPlanWait {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("wait: %q is not allowed; use a duration from 0s to %v, such as 30s", s, maxPlanWait))
+			return
+		}
+		wait = d
+	}
+	p := a.store.Current()
+	if hasAfter && p.Version == after && wait > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		p, _ = a.store.Wait(ctx, after)
+		cancel()
+	}
+	w.Header().Set("ETag", fmt.Sprintf("%q", strconv.FormatUint(p.Version, 10)))
+	if hasAfter && p.Version == after {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// overrideRequest is the body of POST /v1/plan/overrides.
+type overrideRequest struct {
+	Key    string `json:"key"`
+	Kind   string `json:"kind"`
+	Action string `json:"action"`
+	Mode   string `json:"mode,omitempty"`
+}
+
+// overrides answers GET and POST /v1/plan/overrides and DELETE /v1/plan/overrides/{key}.
+func (a *Agent) overrides(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+		writeJSON(w, http.StatusOK, map[string]any{"overrides": a.planner.Overrides()})
+	case http.MethodPost:
+		var req overrideRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "body: "+err.Error()+`; send {"key":"…","kind":"copies","action":"pin|forbid","mode":"enforce"}`)
+			return
+		}
+		if err := a.applyOverride(req); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		a.log.Info("plan override", "key", a.display(req.Key), "kind", req.Kind, "action", req.Action, "mode", req.Mode)
+		writeJSON(w, http.StatusCreated, map[string]any{"overrides": a.planner.Overrides()})
+	case http.MethodDelete:
+		key := r.PathValue("key")
+		n := a.planner.Clear(key)
+		if n == 0 {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("key %q has no override", key))
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"cleared": n})
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed; use GET, POST, or DELETE /v1/plan/overrides/{key}", r.Method))
+	}
+}
+
+func (a *Agent) applyOverride(req overrideRequest) error {
+	if req.Key == "" {
+		return errors.New("key: empty; name the key to override")
+	}
+	kind := mitigate.Kind(req.Kind)
+	if !isKind(kind) || kind == mitigate.Report {
+		return fmt.Errorf("kind: %q is not allowed; use l1, copies, sharded_counter or batched_counter", req.Kind)
+	}
+	switch req.Action {
+	case mitigate.ActionPin:
+		mode := mitigate.Mode("")
+		if req.Mode != "" {
+			m, err := mitigate.ParseMode(req.Mode)
+			if err != nil {
+				return fmt.Errorf("mode: %w", err)
+			}
+			mode = m
+		}
+		return a.planner.Pin(req.Key, kind, mode)
+	case mitigate.ActionForbid:
+		if req.Mode != "" {
+			return errors.New("mode: only a pin takes a mode")
+		}
+		return a.planner.Forbid(req.Key, kind)
+	}
+	return fmt.Errorf("action: %q is not allowed; use pin or forbid", req.Action)
+}
+
+func isKind(k mitigate.Kind) bool {
+	for _, x := range mitigate.Kinds {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}

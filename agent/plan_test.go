@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+	"github.com/hotkeyd/hotkeyd/mitigate"
+	"github.com/hotkeyd/hotkeyd/sampler"
+	"github.com/redis/go-redis/v9"
+)
+
+// feedFrom sends reads of key at rate requests per second for d, as feed does, from a
+// source that follows the plan or not.
+func feedFrom(a *Agent, c *clock, key string, rate float64, d time.Duration, followsPlan bool) {
+	const step = 10 * time.Millisecond
+	n := uint32(rate * step.Seconds() / 100)
+	for el := time.Duration(0); el < d; el += step {
+		a.Accept(sampler.Batch{Source: "test", Rate: 0.01, FollowsPlan: followsPlan, Samples: []sampler.Sample{{Key: []byte(key), Op: sampler.OpRead, Count: n}}})
+		c.add(step)
+		if c.now().Sub(t0)%a.opts.Detector.Tick == 0 {
+			a.evaluate()
+		}
+	}
+}
+
+func TestPlanL1ForSDKReaders(t *testing.T) {
+	a, c, h := newTestAgent(t, Options{})
+	feedFrom(a, c, "score:match42", 20_000, time.Second, true)
+	w := do(t, h, "GET", "/v1/plan", "")
+	p, err := mitigate.DecodePlan(w.Body.Bytes())
+	if err != nil {
+		t.Fatalf("GET /v1/plan: %d %s: %v", w.Code, w.Body, err)
+	}
+	e, ok := p.Find("score:match42", mitigate.L1)
+	if !ok || e.Mode != mitigate.Enforce || time.Duration(e.TTL) != time.Second {
+		t.Fatalf("plan %+v; want an enforced L1 entry with TTL 1s for score:match42", p)
+	}
+	if etag := w.Header().Get("ETag"); etag != fmt.Sprintf("%q", fmt.Sprint(p.Version)) {
+		t.Errorf("ETag %s; want the version %d", etag, p.Version)
+	}
+	top := decode[TopK](t, do(t, h, "GET", "/v1/topk?n=1", ""))
+	if got := top.Keys[0].Mitigations; len(got) != 1 || got[0] != "l1:enforce" {
+		t.Errorf("topk mitigations %v; want [l1:enforce]", got)
+	}
+	// Long-poll: nothing new within the wait answers 304; a newer plan answers at once.
+	if w := do(t, h, "GET", fmt.Sprintf("/v1/plan?after=%d&wait=50ms", p.Version), ""); w.Code != http.StatusNotModified {
+		t.Errorf("long-poll with nothing new: %d; want 304", w.Code)
+	}
+	if w := do(t, h, "GET", fmt.Sprintf("/v1/plan?after=%d", p.Version-1), ""); w.Code != http.StatusOK {
+		t.Errorf("after an older version: %d; want 200", w.Code)
+	}
+	done := make(chan int, 1)
+	go func() {
+		done <- do(t, h, "GET", fmt.Sprintf("/v1/plan?after=%d&wait=10s", p.Version), "").Code
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := a.planner.Forbid("score:match42", mitigate.L1); err != nil {
+		t.Fatal(err)
+	}
+	a.evaluate()
+	select {
+	case code := <-done:
+		if code != http.StatusOK {
+			t.Errorf("long-poll woken by a new plan: %d; want 200", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("long-poll not woken by a new plan")
+	}
+	for _, bad := range []string{"/v1/plan?after=x", "/v1/plan?after=1&wait=5m", "/v1/plan?wait=-1s"} {
+		if w := do(t, h, "GET", bad, ""); w.Code != http.StatusBadRequest {
+			t.Errorf("GET %s: %d; want 400", bad, w.Code)
+		}
+	}
+}
+
+func TestOverridesAPI(t *testing.T) {
+	_, _, h := newTestAgent(t, Options{AuthToken: "tk"})
+	auth := []string{"Authorization", "Bearer tk"}
+	body := `{"key":"score:match42","kind":"l1","action":"pin","mode":"enforce"}`
+	if w := do(t, h, "POST", "/v1/plan/overrides", body); w.Code != http.StatusUnauthorized {
+		t.Errorf("POST without token: %d; want 401", w.Code)
+	}
+	if w := do(t, h, "POST", "/v1/plan/overrides", body, auth...); w.Code != http.StatusCreated {
+		t.Fatalf("POST pin: %d %s; want 201", w.Code, w.Body)
+	}
+	tests := []struct{ body, err string }{
+		{`{"key":"","kind":"l1","action":"pin"}`, "key: empty"},
+		{`{"key":"k","kind":"magic","action":"pin"}`, `kind: "magic"`},
+		{`{"key":"k","kind":"l1","action":"nuke"}`, `action: "nuke"`},
+		{`{"key":"k","kind":"l1","action":"pin","mode":"loud"}`, `mode: mode "loud"`},
+		{`{"key":"k","kind":"l1","action":"forbid","mode":"enforce"}`, "only a pin takes a mode"},
+		{`{"key":"k","kind":"l1","action":"pin","extra":1}`, `unknown field "extra"`},
+	}
+	for _, tt := range tests {
+		w := do(t, h, "POST", "/v1/plan/overrides", tt.body, auth...)
+		if e := decode[map[string]string](t, w); w.Code != 400 || !strings.Contains(e["error"], tt.err) {
+			t.Errorf("POST %s: %d %q; want 400 containing %q", tt.body, w.Code, e["error"], tt.err)
+		}
+	}
+	got := decode[map[string][]mitigate.Override](t, do(t, h, "GET", "/v1/plan/overrides", ""))
+	if o := got["overrides"]; len(o) != 1 || o[0].Key != "score:match42" || o[0].Action != "pin" {
+		t.Errorf("overrides %+v; want the one pin", o)
+	}
+	if w := do(t, h, "DELETE", "/v1/plan/overrides/score:match42", "", auth...); w.Code != 200 {
+		t.Errorf("DELETE: %d; want 200", w.Code)
+	}
+	if w := do(t, h, "DELETE", "/v1/plan/overrides/score:match42", "", auth...); w.Code != 404 {
+		t.Errorf("DELETE again: %d; want 404", w.Code)
+	}
+}
+
+// TestPlanOnCluster runs the agent against a real 3-primary cluster: a key read far beyond
+// one node's budget by non-SDK clients gets copies (observe by default, so pinned to
+// enforce here) named on three different primaries; the plan is stored in Redis; the
+// node shares show the lopsided cluster.
+func TestPlanOnCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	a := runAgent(t, Options{RedisAddrs: cl.Addrs()})
+	waitFor(t, func() bool { return a.namer() != nil })
+	if err := a.planner.Pin("score:match42", mitigate.Copies, mitigate.Enforce); err != nil {
+		t.Fatal(err)
+	}
+	send := func() {
+		a.Accept(sampler.Batch{Source: "proxy", Rate: 0.01, Samples: []sampler.Sample{{Key: []byte("score:match42"), Op: sampler.OpRead, Count: 200}}})
+	}
+	var plan mitigate.Plan
+	waitFor(t, func() bool {
+		send()
+		var ok bool
+		plan = a.store.Current()
+		_, ok = plan.Find("score:match42", mitigate.Copies)
+		return ok
+	})
+	e, _ := plan.Find("score:match42", mitigate.Copies)
+	primaries := map[string]bool{}
+	for _, c := range e.Copies {
+		if !strings.Contains(c.Name, "score:match42") || c.Primary == "" {
+			t.Errorf("copy %+v; want the key in its name and a primary", c)
+		}
+		primaries[c.Primary] = true
+	}
+	if len(e.Copies) < 2 || len(primaries) != len(e.Copies) {
+		t.Errorf("copies %+v; want at least 2, each on a different primary", e.Copies)
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	defer rdb.Close()
+	waitFor(t, func() bool {
+		b, err := rdb.Get(context.Background(), PlanKey).Bytes()
+		if err != nil {
+			return false
+		}
+		var stored mitigate.Plan
+		return json.Unmarshal(b, &stored) == nil && stored.Version >= plan.Version
+	})
+	waitFor(t, func() bool {
+		send()
+		resp, err := http.Get("http://" + a.HTTPAddr().String() + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `hotkeyd_node_share{primary=`) &&
+			strings.Contains(string(b), `hotkeyd_mitigations{kind="copies",mode="enforce"} 1`)
+	})
+}
