@@ -18,6 +18,7 @@ import (
 
 	"github.com/hotkeyd/hotkeyd/agent"
 	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/mitigate"
 	"github.com/hotkeyd/hotkeyd/sampler"
 	"github.com/redis/go-redis/v9"
 )
@@ -116,7 +117,8 @@ func generate(ctx context.Context, addr string, start time.Time, spikeAt time.Du
 			return nil
 		}
 		var err error
-		buf, err = sampler.AppendReport(buf[:0], sampler.Batch{Source: "demo-app", Rate: 1.0 / demoEvery, Samples: samples}, nil)
+		// The demo's apps stand for Go services with the SDK: they follow the plan.
+		buf, err = sampler.AppendReport(buf[:0], sampler.Batch{Source: "demo-app", Rate: 1.0 / demoEvery, FollowsPlan: true, Samples: samples}, nil)
 		if err != nil {
 			return err
 		}
@@ -193,6 +195,7 @@ func watch(ctx context.Context, w io.Writer, base string, start time.Time, spike
 	defer poll.Stop()
 	nextPrint := start.Add(time.Second)
 	var flagged bool
+	var planVersion uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -211,6 +214,12 @@ func watch(ctx context.Context, w io.Writer, base string, start time.Time, spike
 				return err
 			}
 			el := now.Sub(start)
+			if p, ok := fetchPlan(ctx, client, base, planVersion); ok {
+				if planVersion != 0 || len(p.Entries) > 0 {
+					printPlan(w, el, p)
+				}
+				planVersion = p.Version
+			}
 			if !flagged {
 				for _, k := range reply.Keys {
 					if k.Key == demoFlashKey && k.Hot {
@@ -233,6 +242,40 @@ func watch(ctx context.Context, w io.Writer, base string, start time.Time, spike
 				fmt.Fprintf(w, "   %d. %-18s %8s/s %5.1f%%%s\n", i+1, k.Key, human(k.Rate), 100*k.Share, mark)
 			}
 		}
+	}
+}
+
+// fetchPlan returns the plan if its version differs from after.
+func fetchPlan(ctx context.Context, c *http.Client, base string, after uint64) (mitigate.Plan, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/plan?after=%d", base, after), nil)
+	if err != nil {
+		return mitigate.Plan{}, false
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return mitigate.Plan{}, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return mitigate.Plan{}, false
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return mitigate.Plan{}, false
+	}
+	p, err := mitigate.DecodePlan(b)
+	return p, err == nil
+}
+
+func printPlan(w io.Writer, el time.Duration, p mitigate.Plan) {
+	fmt.Fprintf(w, "t=%-6s plan v%d:", fmtElapsed(el), p.Version)
+	if len(p.Entries) == 0 {
+		fmt.Fprint(w, " no mitigations\n")
+		return
+	}
+	fmt.Fprintln(w)
+	for _, e := range p.Entries {
+		fmt.Fprintf(w, "         %s → %s (%s): %s\n", e.Key, e.Kind, e.Mode, e.Reason)
 	}
 }
 
