@@ -90,6 +90,7 @@ type Agent struct {
 	toRedis  chan mitigate.Plan         // the newest plan not yet published in Redis
 	history  *histories                 // owned by the evaluation loop; read through view
 	ready    atomic.Bool
+	items    sync.Pool    // *[]detector.Item scratch batches for Accept, so ingest does not allocate
 	lastEval atomic.Int64 // unix nanoseconds of the last evaluation
 
 	closeOnce sync.Once
@@ -208,6 +209,12 @@ func (a *Agent) Accept(b sampler.Batch) {
 	if b.FollowsPlan {
 		origin = FlagFollowsPlan
 	}
+	buf, _ := a.items.Get().(*[]detector.Item)
+	if buf == nil {
+		s := make([]detector.Item, 0, 256)
+		buf = &s
+	}
+	items := (*buf)[:0]
 	for i := range b.Samples {
 		s := &b.Samples[i]
 		key, flags := s.Key, origin
@@ -221,8 +228,18 @@ func (a *Agent) Accept(b sampler.Batch) {
 			flags |= detector.FlagCounter
 		}
 		n := weight(s.Count, scale)
-		a.det.Add(key, s.Op == sampler.OpWrite, flags, n, uint32(min(uint64(s.Bytes)*uint64(n), math.MaxUint32)))
+		items = append(items, detector.Item{
+			Key: key, Write: s.Op == sampler.OpWrite, Flags: flags, N: n,
+			Size: uint32(min(uint64(s.Bytes)*uint64(n), math.MaxUint32)),
+		})
+		if len(items) == cap(items) || i == len(b.Samples)-1 {
+			a.det.AddBatch(items)
+			items = items[:0]
+		}
 	}
+	clear(items[:cap(items)]) // do not keep the source's key buffers alive
+	*buf = items
+	a.items.Put(buf)
 	a.metrics.received(b.Source, len(b.Samples))
 }
 

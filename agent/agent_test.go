@@ -352,3 +352,16 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestAcceptAllocs(t *testing.T) {
+	a, _, _ := newTestAgent(t, Options{})
+	samples := make([]sampler.Sample, 50)
+	for i := range samples {
+		samples[i] = sampler.Sample{Key: []byte(fmt.Sprintf("key:%d", i)), Op: sampler.OpRead, Count: 1}
+	}
+	b := sampler.Batch{Source: "app", Rate: 0.01, Samples: samples}
+	a.Accept(b) // warm the pool, the source counter and the rankings
+	if n := testing.AllocsPerRun(100, func() { a.Accept(b) }); n > 0 {
+		t.Errorf("Accept of 50 samples: %v allocations; want 0", n)
+	}
+}

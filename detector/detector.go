@@ -152,14 +152,50 @@ func (d *Detector) Add(key []byte, write bool, flags uint8, n, size uint32) {
 	h := xxhash.Sum64(key)
 	s := &d.shards[h>>d.shift&uint64(len(d.shards)-1)]
 	s.mu.Lock()
-	s.add(h, key, write, flags, n)
-	if size > 0 && s.bytes != nil {
-		s.rank[Bytes].Offer(h, key, uint64(s.bytes.Add(h, size)), flags)
-	}
+	s.add(h, key, write, flags, n, size)
 	s.mu.Unlock()
 }
 
-func (s *shard) add(h uint64, key []byte, write bool, flags uint8, n uint32) {
+// Item is one update for AddBatch: the arguments of Add.
+type Item struct {
+	Key   []byte
+	Write bool
+	Flags uint8
+	N     uint32 // requests, already scaled to full traffic
+	Size  uint32 // bytes moved in all, 0 when unknown
+
+	hash uint64 // filled by AddBatch
+}
+
+// AddBatch adds every item, as Add does, taking each shard's lock once for all the items
+// that fall into it. It sets fields of items it uses as scratch; items must not be shared.
+func (d *Detector) AddBatch(items []Item) {
+	mask := uint64(len(d.shards) - 1)
+	var present uint64 // bit i: some item falls into shard i (for up to 64 shards)
+	for i := range items {
+		it := &items[i]
+		it.hash = xxhash.Sum64(it.Key)
+		present |= 1 << (it.hash >> d.shift & mask & 63)
+	}
+	for si := range d.shards {
+		if len(d.shards) <= 64 && present&(1<<si) == 0 {
+			continue
+		}
+		s := &d.shards[si]
+		s.mu.Lock()
+		for i := range items {
+			it := &items[i]
+			if int(it.hash>>d.shift&mask) != si {
+				continue
+			}
+			s.add(it.hash, it.Key, it.Write, it.Flags, it.N, it.Size)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// add is the per-sample core, under s.mu.
+func (s *shard) add(h uint64, key []byte, write bool, flags uint8, n, size uint32) {
 	op, rank, other := 0, Reads, Writes
 	if write {
 		op, rank, other = 1, Writes, Reads
@@ -172,6 +208,9 @@ func (s *shard) add(h uint64, key []byte, write bool, flags uint8, n uint32) {
 	s.rank[All].Offer(h, key, mine+s.rank[other].Count(h), flags)
 	s.distinct.Insert(h)
 	s.totals[s.cur][op] += uint64(n)
+	if size > 0 && s.bytes != nil {
+		s.rank[Bytes].Offer(h, key, uint64(s.bytes.Add(h, size)), flags)
+	}
 }
 
 // Advance moves the window to now: every tick boundary passed since the last call starts a

@@ -274,3 +274,30 @@ func TestBytesRanking(t *testing.T) {
 		t.Errorf("bytes ranking without Options.Bytes: %+v; want empty", s.Keys)
 	}
 }
+
+// TestAddBatchMatchesAdd: the same stream through Add and through AddBatch gives the same
+// rankings and counts.
+func TestAddBatchMatchesAdd(t *testing.T) {
+	one, _ := New(Options{Bytes: true})
+	batch, _ := New(Options{Bytes: true})
+	one.Advance(t0)
+	batch.Advance(t0)
+	var items []Item
+	for i := 0; i < 5000; i++ {
+		key := []byte(fmt.Sprintf("k%d", i*i%997))
+		write, n, size := i%5 == 0, uint32(1+i%3), uint32(i%7*100)
+		one.Add(key, write, FlagCounter, n, size)
+		items = append(items, Item{Key: key, Write: write, Flags: FlagCounter, N: n, Size: size})
+		if len(items) == 50 {
+			batch.AddBatch(items)
+			items = items[:0]
+		}
+	}
+	now := t0.Add(500 * time.Millisecond)
+	for _, r := range []int{All, Reads, Writes, Bytes} {
+		a, b := one.Snapshot(now, r, 0), batch.Snapshot(now, r, 0)
+		if fmt.Sprint(a.Keys) != fmt.Sprint(b.Keys) || a.Reads != b.Reads || a.Writes != b.Writes {
+			t.Errorf("ranking %d: Add and AddBatch differ:\n%v\n%v", r, a.Keys, b.Keys)
+		}
+	}
+}

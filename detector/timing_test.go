@@ -36,7 +36,7 @@ func BenchmarkUpdate(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		j := i % len(keys)
-		s.add(hashes[j], keys[j], i&7 == 0, 0, 1)
+		s.add(hashes[j], keys[j], i&7 == 0, 0, 1, 0)
 	}
 	sink += s.totals[s.cur][0]
 }
@@ -84,4 +84,21 @@ func BenchmarkAddParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkAddBatch is AddBatch with batches of 50, as UDP reports bring them: one lock
+// per shard per batch.
+func BenchmarkAddBatch(b *testing.B) {
+	keys := benchKeys(b)
+	d, _ := New(Options{})
+	items := make([]Item, 50)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += len(items) {
+		for j := range items {
+			k := (i + j) % len(keys)
+			items[j] = Item{Key: keys[k], Write: k&7 == 0, N: 1}
+		}
+		d.AddBatch(items)
+	}
 }
