@@ -1,0 +1,330 @@
+package mitigate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Sharded counters: the writer side (IncrCounter), the exact reader (ReadCounter) and the
+// fold that moves a sub-counter's value back into the key (Executor). docs/plan.md,
+// section Executors, states the protocol and argues why it is exact.
+//
+// Besides the sub-counters the planner names, the protocol keeps three kinds of keys, each
+// behind a hash tag "{hk:t<n>}" chosen so that the key lands in the slot it must share
+// with another key (slotTag):
+//
+//	{hk:t<n>}stash:<sub>      a fold in progress: hash {id, value}; same slot as <sub>
+//	{hk:t<n>}done:<id>:<key>  the fold <id> was added to <key>; same slot as <key>; expires
+//	{hk:t<n>}gen:<key>        how many folds were added to <key>; same slot as <key>; expires
+//
+// None of them starts with "{hk:sub" or "{hk:copy", so ParseName never mistakes them for
+// a name that Names made, whatever the original key is.
+
+// FoldMemory is how long the marker of an applied fold, and the fold count of a key, stay in
+// Redis. A fold whose stash was left behind by a crash must be completed (Recover) within
+// this time, or its value could be added twice.
+const FoldMemory = 24 * time.Hour
+
+// maxReadTries bounds ReadCounter's retries when folds keep landing during its reads.
+const maxReadTries = 32
+
+// slotTags[s] is the smallest n such that "hk:t<n>" hashes to slot s. Built on first use
+// (about 170,000 CRC16 computations, a few milliseconds) and only read afterwards.
+var slotTags = sync.OnceValue(func() *[SlotCount]uint32 {
+	var t [SlotCount]uint32
+	var filled [SlotCount]bool
+	left := SlotCount
+	buf := make([]byte, 0, 16)
+	for n := uint32(0); left > 0; n++ {
+		buf = strconv.AppendUint(append(buf[:0], "hk:t"...), uint64(n), 10)
+		if s := SlotBytes(buf); !filled[s] {
+			filled[s], t[s] = true, n
+			left--
+		}
+	}
+	return &t
+})
+
+// slotTag returns "{hk:t<n>}", a hash tag that hashes to slot.
+func slotTag(slot int) string {
+	return "{hk:t" + strconv.FormatUint(uint64(slotTags()[slot]), 10) + "}"
+}
+
+// stashName is where a fold of sub keeps the value it moves, in sub's slot.
+func stashName(sub string) string { return slotTag(Slot(sub)) + "stash:" + sub }
+
+// doneName marks fold id as added to key, in key's slot.
+func doneName(key, id string) string { return slotTag(Slot(key)) + "done:" + id + ":" + key }
+
+// genName counts the folds added to key, in key's slot.
+func genName(key string) string { return slotTag(Slot(key)) + "gen:" + key }
+
+// stashSub returns the sub-counter a stash belongs to, and false for another name.
+func stashSub(name string) (string, bool) {
+	if !strings.HasPrefix(name, "{hk:t") {
+		return "", false
+	}
+	_, sub, ok := strings.Cut(name, "}stash:")
+	if !ok || stashName(sub) != name {
+		return "", false
+	}
+	return sub, true
+}
+
+// Scripts of the fold and of the reader. Each touches keys of one slot only.
+var (
+	// foldMove (step a, on the sub-counter's node). KEYS: sub, stash; ARGV: a fresh
+	// fold id. When a stash is there (an earlier fold did not finish), it returns it
+	// untouched; else it moves the sub-counter's value into a new stash under the fresh
+	// id, deleting the sub-counter. Reply: {} when there is nothing to fold, else {id, value}.
+	foldMove = newScript(`
+local id = redis.call('HGET', KEYS[2], 'id')
+if id then return {id, redis.call('HGET', KEYS[2], 'value')} end
+local v = redis.call('GET', KEYS[1])
+if not v then return {} end
+redis.call('DEL', KEYS[1])
+if v == '0' then return {} end
+redis.call('HSET', KEYS[2], 'id', ARGV[1], 'value', v)
+return {ARGV[1], v}`)
+
+	// foldApply (step b, on the key's node). KEYS: key, gen, done; ARGV: value, memory in
+	// ms. Adds value to the key unless the fold's marker says it was added already; sets
+	// the marker and counts the fold in gen in the same step. Reply: 1 applied, 0 already.
+	foldApply = newScript(`
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+redis.call('INCRBY', KEYS[1], ARGV[1])
+redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
+return 1`)
+
+	// foldDrop (step c, on the sub-counter's node). KEYS: stash; ARGV: id. Deletes the
+	// stash if it still holds fold id. Reply: 1 deleted, 0 not.
+	foldDrop = newScript(`
+if redis.call('HGET', KEYS[1], 'id') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+	// readSub (reader, on a sub-counter's node). KEYS: sub, stash. Reply: {value, stash
+	// id, stash value}, "" for what is absent.
+	readSub = newScript(`
+local s = redis.call('HMGET', KEYS[2], 'id', 'value')
+return {redis.call('GET', KEYS[1]) or '', s[1] or '', s[2] or ''}`)
+
+	// readBase (reader, on the key's node). KEYS: key, gen, done markers…. Reply: {value,
+	// gen, exists(done 1), …}, "" for what is absent.
+	readBase = newScript(`
+local out = {redis.call('GET', KEYS[1]) or '', redis.call('GET', KEYS[2]) or ''}
+for i = 3, #KEYS do out[#out + 1] = redis.call('EXISTS', KEYS[i]) end
+return out`)
+)
+
+// IncrCounter adds n to the logical counter key: to a sub-counter picked at random when
+// subs is not empty (the key is sharded), else to key itself. It picks with math/rand/v2's
+// global source; IncrCounterRand takes a source of its own.
+func IncrCounter(ctx context.Context, rdb Redis, key string, subs []Node, n int64) error {
+	return IncrCounterRand(ctx, rdb, nil, key, subs, n)
+}
+
+// IncrCounterRand is IncrCounter picking the sub-counter with r (math/rand/v2's global
+// source when r is nil). A *mrand.Rand is not safe for concurrent use: give each goroutine
+// its own, or pass nil.
+func IncrCounterRand(ctx context.Context, rdb Redis, r *mrand.Rand, key string, subs []Node, n int64) error {
+	target := key
+	if len(subs) > 0 {
+		var i int
+		if r != nil {
+			i = r.IntN(len(subs))
+		} else {
+			i = mrand.IntN(len(subs))
+		}
+		target = subs[i].Name
+	}
+	if err := rdb.Do(ctx, "INCRBY", target, n).Err(); err != nil {
+		return fmt.Errorf("mitigate: counter %q: INCRBY %s: %w", key, target, err)
+	}
+	return nil
+}
+
+// ReadCounter returns the exact value of the logical counter key whose sub-counters are
+// subs: the key plus every sub-counter plus every fold in flight not yet added to the key.
+// Pass every sub-counter the key may have had recently (an entry that ended less than the
+// executor's grace period ago included); with no subs it reads the key alone.
+//
+// It costs two round trips to the key's node and one to each sub-counter's node (in
+// parallel), and starts again when a fold was added to the key during the read (at most 32
+// tries). A value that is not an integer is an error. docs/plan.md argues why the result
+// counts every increment that completed before ReadCounter was called, and none that
+// started after it returned, exactly once.
+func ReadCounter(ctx context.Context, rdb Redis, key string, subs []Node) (int64, error) {
+	gen := genName(key)
+	for try := 0; try < maxReadTries; try++ {
+		// 1. The fold count before the sub-counters are read.
+		g0, err := rdb.Do(ctx, "GET", gen).Text()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, fmt.Errorf("mitigate: read counter %q: GET %s: %w", key, gen, err)
+		}
+		// 2. Each sub-counter with its stash, atomically per sub-counter.
+		parts := make([]subRead, len(subs))
+		var wg sync.WaitGroup
+		for i, s := range subs {
+			wg.Go(func() { parts[i] = readOneSub(ctx, rdb, s.Name) })
+		}
+		wg.Wait()
+		// 3. The key, the fold count again, and which stashes were added.
+		keys := []string{key, gen}
+		for _, p := range parts {
+			if p.err != nil {
+				return 0, fmt.Errorf("mitigate: read counter %q: %w", key, p.err)
+			}
+			if p.stashID != "" {
+				keys = append(keys, doneName(key, p.stashID))
+			}
+		}
+		reply, err := readBase.run(ctx, rdb, keys).Slice()
+		if err != nil {
+			return 0, fmt.Errorf("mitigate: read counter %q: %w", key, err)
+		}
+		if len(reply) != len(keys) {
+			return 0, fmt.Errorf("mitigate: read counter %q: got %d values from the key's node; want %d", key, len(reply), len(keys))
+		}
+		if str(reply[1]) != g0 {
+			continue // a fold was added meanwhile: its value may have been counted in a sub-counter too
+		}
+		total, err := parseCount(reply[0])
+		if err != nil {
+			return 0, fmt.Errorf("mitigate: read counter %q: key: %w", key, err)
+		}
+		j := 2
+		for _, p := range parts {
+			total += p.value
+			if p.stashID != "" {
+				if applied, _ := reply[j].(int64); applied == 0 {
+					total += p.stashValue
+				}
+				j++
+			}
+		}
+		return total, nil
+	}
+	return 0, fmt.Errorf("mitigate: read counter %q: folds landed during each of %d reads; try again", key, maxReadTries)
+}
+
+// subRead is what a reader saw of one sub-counter.
+type subRead struct {
+	value      int64
+	stashID    string
+	stashValue int64
+	err        error
+}
+
+func readOneSub(ctx context.Context, rdb Redis, sub string) subRead {
+	reply, err := readSub.run(ctx, rdb, []string{sub, stashName(sub)}).Slice()
+	if err != nil {
+		return subRead{err: fmt.Errorf("sub-counter %s: %w", sub, err)}
+	}
+	if len(reply) != 3 {
+		return subRead{err: fmt.Errorf("sub-counter %s: got %d values; want 3", sub, len(reply))}
+	}
+	var r subRead
+	if r.value, err = parseCount(reply[0]); err != nil {
+		return subRead{err: fmt.Errorf("sub-counter %s: %w", sub, err)}
+	}
+	r.stashID = str(reply[1])
+	if r.stashID != "" {
+		if r.stashValue, err = parseCount(reply[2]); err != nil {
+			return subRead{err: fmt.Errorf("stash of sub-counter %s: %w", sub, err)}
+		}
+	}
+	return r
+}
+
+// parseCount reads a counter's value; "" (absent) is 0.
+func parseCount(v any) (int64, error) {
+	s := str(v)
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("value %q is not an integer", s)
+	}
+	return n, nil
+}
+
+// foldResult says what one fold of a sub-counter did.
+type foldResult struct {
+	moved     int64 // value moved into the key by new folds
+	recovered int64 // value of stashes left by earlier folds, now completed
+	folds     int   // new folds made
+	recovers  int   // earlier folds completed
+}
+
+// nonZero reports whether the fold found anything to move.
+func (r foldResult) nonZero() bool { return r.folds > 0 || r.recovers > 0 }
+
+// foldSub moves the value of sub-counter sub into key: steps a, b, c of the protocol,
+// repeated while a stash left by an earlier fold is found first (at most 4 rounds).
+func foldSub(ctx context.Context, rdb Redis, key, sub string) (foldResult, error) {
+	var res foldResult
+	stash := stashName(sub)
+	memory := strconv.FormatInt(FoldMemory.Milliseconds(), 10)
+	for round := 0; round < 4; round++ {
+		id, err := newFoldID()
+		if err != nil {
+			return res, err
+		}
+		// a. Move the sub-counter into a stash, or find the stash of an unfinished fold.
+		reply, err := foldMove.run(ctx, rdb, []string{sub, stash}, id).Slice()
+		if err != nil {
+			return res, fmt.Errorf("fold %s: move to stash: %w", sub, err)
+		}
+		if len(reply) == 0 {
+			return res, nil
+		}
+		if len(reply) != 2 {
+			return res, fmt.Errorf("fold %s: move to stash: got %d values; want 2", sub, len(reply))
+		}
+		gotID, value := str(reply[0]), str(reply[1])
+		n, err := parseCount(value)
+		if err != nil {
+			return res, fmt.Errorf("fold %s: stash %s: %w", sub, stash, err)
+		}
+		// b. Add it to the key, once per fold id.
+		if err := foldApply.run(ctx, rdb, []string{key, genName(key), doneName(key, gotID)}, value, memory).Err(); err != nil {
+			return res, fmt.Errorf("fold %s into %s: %w", sub, key, err)
+		}
+		// c. Drop the stash.
+		if err := foldDrop.run(ctx, rdb, []string{stash}, gotID).Err(); err != nil {
+			return res, fmt.Errorf("fold %s: drop stash %s: %w", sub, stash, err)
+		}
+		if gotID != id {
+			res.recovers++
+			res.recovered += n
+			continue // the sub-counter itself may hold more
+		}
+		res.folds++
+		res.moved += n
+		return res, nil
+	}
+	return res, fmt.Errorf("fold %s: still finding stashes after 4 rounds", sub)
+}
+
+// newFoldID returns 128 random bits in hex: fold ids must never repeat, across agents and
+// restarts, so they come from crypto/rand rather than a seeded source.
+func newFoldID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("fold id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}

@@ -1,0 +1,654 @@
+package mitigate
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is what the executors and the counter protocol need from a Redis client: one
+// command, sent to the node that owns its first key. *redis.Client, *redis.ClusterClient
+// and redis.UniversalClient have it as is; a ClusterClient routes each command (EVAL and
+// EVALSHA by their first key) and follows MOVED and ASK itself. Every script the package
+// runs touches the keys of one slot only.
+type Redis interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// masters is how Recover reaches every primary of a cluster to SCAN it;
+// *redis.ClusterClient has it. A client without it is scanned as one server.
+type masters interface {
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+}
+
+// script is a Lua script run with EVALSHA, falling back to EVAL when the node does not
+// have it cached.
+type script struct{ src, sha string }
+
+func newScript(src string) script {
+	h := sha1.Sum([]byte(src))
+	return script{src: src, sha: hex.EncodeToString(h[:])}
+}
+
+func (s script) run(ctx context.Context, rdb Redis, keys []string, args ...any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "EVALSHA", s.sha, strconv.Itoa(len(keys)))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	cmd := rdb.Do(ctx, a...)
+	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		b := slices.Clone(a)
+		b[0], b[1] = "EVAL", s.src
+		cmd = rdb.Do(ctx, b...)
+	}
+	return cmd
+}
+
+// ExecutorOptions configure an Executor. Only Redis is required.
+type ExecutorOptions struct {
+	// Redis is the client the executor writes copies and folds counters with: a
+	// *redis.Client for standalone Redis, a *redis.ClusterClient for a cluster. Required.
+	Redis Redis
+	// RefreshPeriod is how often Run rewrites every copy from its original (and folds the
+	// sub-counters of ended entries). Copies written by a client that bypasses the SDK are
+	// stale for at most about this long; see docs/plan.md. Default: 1s.
+	RefreshPeriod time.Duration
+	// GracePeriod is how long the executor keeps deleting the copies and folding the
+	// sub-counters of an entry that ended, counted from the last time it found one
+	// written: clients that have not heard of the end still use them for up to the plan's
+	// lease. Default: DefaultLease (60s).
+	GracePeriod time.Duration
+	// Registry receives hotkeyd_mitigation_actions_total. Default: no metrics.
+	Registry *prometheus.Registry
+	// Logger gets one line per action (key, kind, action, reason). Refreshes of copies log
+	// at Debug, other actions at Info, errors at Warn. Default: no logging.
+	Logger *slog.Logger
+	// Now tells the time for grace periods. Default: time.Now.
+	Now func() time.Time
+}
+
+// DefaultRefreshPeriod is the default ExecutorOptions.RefreshPeriod.
+const DefaultRefreshPeriod = time.Second
+
+// Actions counted in hotkeyd_mitigation_actions_total and logged.
+const (
+	ActionCopyWrite      = "copy_write"      // copies written from the original when an entry starts or its names change
+	ActionCopyRefresh    = "copy_refresh"    // a copy rewritten by the periodic refresh
+	ActionCopyDelete     = "copy_delete"     // a copy deleted (entry ended, names changed, original gone, left by an earlier run)
+	ActionCounterFold    = "counter_fold"    // a sub-counter's value moved into its key
+	ActionCounterRecover = "counter_recover" // an unfinished fold (a crash) completed
+	ActionError          = "error"           // a Redis step failed; it is retried at the next round
+)
+
+var errClosed = errors.New("mitigate: executor closed")
+
+// Executor carries out the Redis part of enforced plan entries: it writes and refreshes
+// the copies of Copies entries and deletes them when the entry ends, and folds the
+// sub-counters of ShardedCounter entries back into their key when the entry ends. Entries
+// in Observe or Recommend mode are not executed. It is safe for concurrent use; Redis work
+// runs one round at a time.
+//
+// Use: NewExecutor, Offer the current plan and each new one (Store.Subscribe(e.Offer)),
+// Run in a goroutine, and Close when the agent stops: Close deletes every copy and folds
+// every sub-counter.
+type Executor struct {
+	rdb     Redis
+	refresh time.Duration
+	grace   time.Duration
+	now     func() time.Time
+	log     *slog.Logger
+	actions *prometheus.CounterVec // nil without a registry
+
+	stop     chan struct{} // closed by Close
+	stopOnce sync.Once
+	kick     chan struct{} // holds at most one wake-up for Run: a plan was offered
+
+	offerMu  sync.Mutex // guards offered and hasOffer
+	offered  Plan
+	hasOffer bool
+
+	mu       sync.Mutex // guards the fields below; held for each round of Redis work, so rounds never overlap
+	closed   bool
+	runDone  chan struct{}       // closed when Run returns; nil when Run is not running
+	copies   map[string][]string // key → copy names of each enforced Copies entry
+	subs     map[string][]string // key → sub-counter names of each enforced ShardedCounter entry
+	retiring map[string]ended    // copy name → its key; deleted every round until quiet for the grace period
+	draining map[string]ended    // sub-counter name → its key; folded every round until quiet for the grace period
+}
+
+// ended is a copy or sub-counter of an entry that ended.
+type ended struct {
+	key   string
+	quiet time.Time // since when it has been found empty
+}
+
+// NewExecutor checks o and returns an executor. It does no Redis work: Run starts with
+// Recover.
+func NewExecutor(o ExecutorOptions) (*Executor, error) {
+	if o.Redis == nil {
+		return nil, errors.New("mitigate: executor: no Redis client: give a *redis.Client or *redis.ClusterClient")
+	}
+	if o.RefreshPeriod < 0 {
+		return nil, fmt.Errorf("mitigate: executor: refresh period %v: must be positive, or 0 for the default %v", o.RefreshPeriod, DefaultRefreshPeriod)
+	}
+	if o.GracePeriod < 0 {
+		return nil, fmt.Errorf("mitigate: executor: grace period %v: must be positive, or 0 for the default %v", o.GracePeriod, DefaultLease)
+	}
+	e := &Executor{
+		rdb:      o.Redis,
+		refresh:  cmp0(o.RefreshPeriod, DefaultRefreshPeriod),
+		grace:    cmp0(o.GracePeriod, DefaultLease),
+		now:      o.Now,
+		log:      o.Logger,
+		stop:     make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+		copies:   make(map[string][]string),
+		subs:     make(map[string][]string),
+		retiring: make(map[string]ended),
+		draining: make(map[string]ended),
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if o.Registry != nil {
+		e.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hotkeyd_mitigation_actions_total",
+			Help: "Actions the agent carried out in Redis for enforced mitigations, by kind (copies, sharded_counter) and action (copy_write, copy_refresh, copy_delete, counter_fold, counter_recover, error).",
+		}, []string{"kind", "action"})
+		if err := o.Registry.Register(e.actions); err != nil {
+			return nil, fmt.Errorf("mitigate: executor: register metrics: %w", err)
+		}
+	}
+	return e, nil
+}
+
+func cmp0(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Offer hands p to Run, which applies it at once; only the latest offered plan counts. It
+// never blocks, so it can be given to Store.Subscribe as is.
+func (e *Executor) Offer(p Plan) {
+	e.offerMu.Lock()
+	e.offered, e.hasOffer = p, true
+	e.offerMu.Unlock()
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// applyOffered applies the plan last offered, if any not applied yet.
+func (e *Executor) applyOffered(ctx context.Context) {
+	e.offerMu.Lock()
+	p, ok := e.offered, e.hasOffer
+	e.offered, e.hasOffer = Plan{}, false
+	e.offerMu.Unlock()
+	if ok {
+		_ = e.Apply(ctx, p) // errors are logged and counted; the next round retries
+	}
+}
+
+// Apply makes Redis follow p's enforced Copies and ShardedCounter entries, at once:
+// copies of a new entry (or of one whose copy names changed) are written from the
+// original; copies of an ended entry (or names no longer listed) are deleted, and deleted
+// again every round for the grace period; sub-counters of an ended entry are folded into
+// their key, and again every round until they stay empty for the grace period. Applying
+// the same plan again does nothing. What fails is logged, counted as an error and retried
+// by the next round; the errors are also returned, joined.
+func (e *Executor) Apply(ctx context.Context, p Plan) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return errClosed
+	}
+	return e.apply(ctx, p)
+}
+
+func (e *Executor) apply(ctx context.Context, p Plan) error {
+	now := e.now()
+	want := map[Kind]map[string][]string{Copies: {}, ShardedCounter: {}}
+	modes := make(map[planKey]Mode)
+	for _, en := range p.Entries {
+		modes[planKey{en.Key, en.Kind}] = en.Mode
+		if en.Mode != Enforce {
+			continue
+		}
+		switch en.Kind {
+		case Copies:
+			want[Copies][en.Key] = nodeNames(en.Copies)
+		case ShardedCounter:
+			want[ShardedCounter][en.Key] = nodeNames(en.SubCounters)
+		}
+	}
+	reasons := make(map[string]string)
+	for _, en := range p.Entries {
+		if en.Mode == Enforce {
+			reasons[en.Key+"\x00"+string(en.Kind)] = en.Reason
+		}
+	}
+	endReason := func(key string, kind Kind) string {
+		if m, ok := modes[planKey{key, kind}]; ok {
+			return "entry no longer enforced (mode " + string(m) + ")"
+		}
+		return "entry left the plan (cooled, forbidden or cleared)"
+	}
+
+	var errs []error
+	// Copies that end, or names that are no longer listed (a topology change renamed them).
+	for _, key := range slices.Sorted(maps.Keys(e.copies)) {
+		names := e.copies[key]
+		cur, ok := want[Copies][key]
+		gone, reason := names, endReason(key, Copies)
+		if ok {
+			gone, reason = minus(names, cur), "copy names changed (topology)"
+		}
+		if !ok {
+			delete(e.copies, key)
+		}
+		if len(gone) > 0 {
+			errs = append(errs, e.retireCopies(ctx, key, gone, reason))
+		}
+	}
+	// Copies that start, or whose names change.
+	for _, key := range slices.Sorted(maps.Keys(want[Copies])) {
+		names := want[Copies][key]
+		if slices.Equal(e.copies[key], names) {
+			continue
+		}
+		for _, c := range names {
+			delete(e.retiring, c)
+		}
+		e.copies[key] = names
+		res, err := writeCopies(ctx, e.rdb, key, names)
+		e.did(Copies, key, ActionCopyWrite, res.written, reasons[key+"\x00"+string(Copies)])
+		e.did(Copies, key, ActionCopyDelete, res.deleted, "original does not exist")
+		errs = append(errs, e.failed(Copies, key, err))
+	}
+	// Sharded counters that end, or sub-counters no longer listed.
+	for _, key := range slices.Sorted(maps.Keys(e.subs)) {
+		names := e.subs[key]
+		cur, ok := want[ShardedCounter][key]
+		gone, reason := names, endReason(key, ShardedCounter)
+		if ok {
+			gone, reason = minus(names, cur), "sub-counter names changed (topology or M)"
+		} else {
+			delete(e.subs, key)
+		}
+		for _, s := range gone {
+			e.draining[s] = ended{key: key, quiet: now}
+			errs = append(errs, e.fold(ctx, key, s, reason))
+		}
+	}
+	// Sharded counters that start: their sub-counters are live again, not draining.
+	for key, names := range want[ShardedCounter] {
+		for _, s := range names {
+			delete(e.draining, s)
+		}
+		e.subs[key] = names
+	}
+	return errors.Join(errs...)
+}
+
+// retireCopies deletes copies of key now and keeps deleting them for the grace period.
+func (e *Executor) retireCopies(ctx context.Context, key string, names []string, reason string) error {
+	now := e.now()
+	for _, c := range names {
+		e.retiring[c] = ended{key: key, quiet: now}
+	}
+	n, err := deleteKeys(ctx, e.rdb, names)
+	e.did(Copies, key, ActionCopyDelete, n, reason)
+	return e.failed(Copies, key, err)
+}
+
+// fold folds sub-counter sub into key, counting and logging what it did; it resets the
+// quiet time of a draining sub-counter that held something.
+func (e *Executor) fold(ctx context.Context, key, sub, reason string) error {
+	res, err := foldSub(ctx, e.rdb, key, sub)
+	if res.recovers > 0 {
+		e.did(ShardedCounter, key, ActionCounterRecover, res.recovers, "completed a fold left unfinished (agent crash)",
+			slog.String("sub_counter", sub), slog.Int64("value", res.recovered))
+	}
+	if res.folds > 0 {
+		e.did(ShardedCounter, key, ActionCounterFold, res.folds, reason,
+			slog.String("sub_counter", sub), slog.Int64("value", res.moved))
+	}
+	if d, ok := e.draining[sub]; ok && (res.nonZero() || err != nil) {
+		d.quiet = e.now()
+		e.draining[sub] = d
+	}
+	return e.failed(ShardedCounter, key, err)
+}
+
+// Refresh runs one round now: it rewrites every copy from its original (deleting the
+// copies of an original that no longer exists), deletes retired copies again, and folds
+// the sub-counters of ended entries again, forgetting those quiet for the grace period.
+// Run calls it every RefreshPeriod.
+func (e *Executor) Refresh(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return errClosed
+	}
+	return e.round(ctx)
+}
+
+func (e *Executor) round(ctx context.Context) error {
+	var errs []error
+	for _, key := range slices.Sorted(maps.Keys(e.copies)) {
+		res, err := writeCopies(ctx, e.rdb, key, e.copies[key])
+		e.did(Copies, key, ActionCopyRefresh, res.written, "periodic refresh")
+		e.did(Copies, key, ActionCopyDelete, res.deleted, "original does not exist")
+		errs = append(errs, e.failed(Copies, key, err))
+	}
+	now := e.now()
+	for _, c := range slices.Sorted(maps.Keys(e.retiring)) {
+		r := e.retiring[c]
+		n, err := deleteKeys(ctx, e.rdb, []string{c})
+		e.did(Copies, r.key, ActionCopyDelete, n, "retired copy written again (a client had not heard the entry ended)")
+		errs = append(errs, e.failed(Copies, r.key, err))
+		switch {
+		case n > 0 || err != nil:
+			r.quiet = now
+			e.retiring[c] = r
+		case now.Sub(r.quiet) >= e.grace:
+			delete(e.retiring, c)
+		}
+	}
+	for _, s := range slices.Sorted(maps.Keys(e.draining)) {
+		d := e.draining[s]
+		errs = append(errs, e.fold(ctx, d.key, s, "sub-counter of an ended entry written again (a client had not heard the entry ended)"))
+		if d = e.draining[s]; now.Sub(d.quiet) >= e.grace {
+			delete(e.draining, s)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Recover cleans up after an earlier run of the agent: it scans every primary for copies
+// and sub-counters, and stashes of unfinished folds, that the applied plan does not use.
+// Such copies are deleted (and retired for the grace period); every sub-counter found is
+// folded into its key (an unfinished fold is completed first), and those the plan does not
+// use drain for the grace period. Run calls it once, after applying the plan offered
+// before it started.
+func (e *Executor) Recover(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return errClosed
+	}
+	names, err := scanAll(ctx, e.rdb, []string{"{" + copyTag + "*", "{" + subTag + "*", "{hk:t*}stash:*"})
+	if err != nil {
+		e.did("", "", ActionError, 1, "scan for leftovers failed", slog.String("error", err.Error()))
+		return fmt.Errorf("mitigate: recover: %w", err)
+	}
+	activeCopy, activeSub := make(map[string]bool), make(map[string]bool)
+	for _, ns := range e.copies {
+		for _, n := range ns {
+			activeCopy[n] = true
+		}
+	}
+	for _, ns := range e.subs {
+		for _, n := range ns {
+			activeSub[n] = true
+		}
+	}
+	now := e.now()
+	var errs []error
+	for _, name := range names {
+		sub, isStash := stashSub(name)
+		if !isStash {
+			sub = name
+		}
+		kind, _, key, ok := ParseName(sub)
+		switch {
+		case !ok:
+			continue // not a name hotkeyd made
+		case kind == Copies && !isStash:
+			if !activeCopy[name] {
+				errs = append(errs, e.retireCopies(ctx, key, []string{name}, "left by an earlier run of the agent"))
+			}
+		case kind == ShardedCounter:
+			if !activeSub[sub] {
+				e.draining[sub] = ended{key: key, quiet: now}
+			}
+			errs = append(errs, e.fold(ctx, key, sub, "left by an earlier run of the agent"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run applies offered plans and runs a round every RefreshPeriod until ctx ends or Close
+// is called. It first applies the plan offered before it started, if any, then Recover.
+// Only one Run at a time.
+func (e *Executor) Run(ctx context.Context) error {
+	e.mu.Lock()
+	select {
+	case <-e.stop:
+		e.mu.Unlock()
+		return errClosed
+	default:
+	}
+	if e.runDone != nil {
+		e.mu.Unlock()
+		return errors.New("mitigate: executor: Run is already running")
+	}
+	done := make(chan struct{})
+	e.runDone = done
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.runDone = nil
+		e.mu.Unlock()
+		close(done)
+	}()
+
+	e.applyOffered(ctx)
+	_ = e.Recover(ctx) // logged and counted; leftovers it missed stay until the next start
+	t := time.NewTicker(e.refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.stop:
+			return nil
+		case <-e.kick:
+			e.applyOffered(ctx)
+		case <-t.C:
+			_ = e.Refresh(ctx)
+		}
+	}
+}
+
+// Close stops Run, then deletes every copy and folds every sub-counter, active or ended,
+// and returns when that is done (or ctx ends). A failed step is retried a few times; the
+// error is returned if it still fails, and calling Close again retries what is left.
+// After Close, Apply, Refresh and Recover return an error.
+func (e *Executor) Close(ctx context.Context) error {
+	e.stopOnce.Do(func() { close(e.stop) })
+	e.mu.Lock()
+	done := e.runDone
+	e.mu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closed = true
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = e.cleanUp(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(100 * time.Millisecond << attempt):
+		}
+	}
+	return err
+}
+
+// cleanUp deletes every copy and folds every sub-counter, forgetting those done.
+func (e *Executor) cleanUp(ctx context.Context) error {
+	var errs []error
+	for _, key := range slices.Sorted(maps.Keys(e.copies)) {
+		if err := e.retireCopies(ctx, key, e.copies[key], "agent stopping"); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(e.copies, key)
+	}
+	for _, c := range slices.Sorted(maps.Keys(e.retiring)) {
+		r := e.retiring[c]
+		if err := e.retireCopies(ctx, r.key, []string{c}, "agent stopping"); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(e.retiring, c)
+	}
+	for _, key := range slices.Sorted(maps.Keys(e.subs)) {
+		var failed bool
+		for _, s := range e.subs[key] {
+			if err := e.fold(ctx, key, s, "agent stopping"); err != nil {
+				errs = append(errs, err)
+				failed = true
+			}
+		}
+		if !failed {
+			delete(e.subs, key)
+		}
+	}
+	for _, s := range slices.Sorted(maps.Keys(e.draining)) {
+		if err := e.fold(ctx, e.draining[s].key, s, "agent stopping"); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(e.draining, s)
+	}
+	return errors.Join(errs...)
+}
+
+// did counts and logs n actions on key.
+func (e *Executor) did(kind Kind, key, action string, n int, reason string, attrs ...slog.Attr) {
+	if n <= 0 {
+		return
+	}
+	if e.actions != nil {
+		e.actions.WithLabelValues(string(kind), action).Add(float64(n))
+	}
+	level := slog.LevelInfo
+	switch action {
+	case ActionCopyRefresh:
+		level = slog.LevelDebug
+	case ActionError:
+		level = slog.LevelWarn
+	}
+	attrs = append([]slog.Attr{slog.String("key", key), slog.String("kind", string(kind)),
+		slog.String("action", action), slog.String("reason", reason), slog.Int("count", n)}, attrs...)
+	e.log.LogAttrs(context.Background(), level, "mitigation action", attrs...)
+}
+
+// failed counts and logs err, if any, and returns it.
+func (e *Executor) failed(kind Kind, key string, err error) error {
+	if err != nil {
+		e.did(kind, key, ActionError, 1, "redis step failed; retried at the next round", slog.String("error", err.Error()))
+	}
+	return err
+}
+
+// nodeNames returns the names of nodes.
+func nodeNames(nodes []Node) []string {
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.Name
+	}
+	return out
+}
+
+// minus returns the names of a not in b.
+func minus(a, b []string) []string {
+	var out []string
+	for _, n := range a {
+		if !slices.Contains(b, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// scanAll returns the keys matching any of patterns on every primary (deduplicated,
+// sorted).
+func scanAll(ctx context.Context, rdb Redis, patterns []string) ([]string, error) {
+	seen := make(map[string]bool)
+	var mu sync.Mutex // guards seen
+	scan := func(ctx context.Context, node Redis) error {
+		names, err := scanNode(ctx, node, patterns)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range names {
+			seen[n] = true
+		}
+		return err
+	}
+	var err error
+	if m, ok := rdb.(masters); ok {
+		err = m.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, rdb)
+	}
+	return slices.Sorted(maps.Keys(seen)), err
+}
+
+// maxScanCalls bounds the SCAN calls per pattern and node (10^6 × COUNT 1000 keys).
+const maxScanCalls = 1_000_000
+
+// scanNode SCANs one node for each pattern.
+func scanNode(ctx context.Context, node Redis, patterns []string) ([]string, error) {
+	var out []string
+	for _, pat := range patterns {
+		cursor := "0"
+		for range maxScanCalls {
+			reply, err := node.Do(ctx, "SCAN", cursor, "MATCH", pat, "COUNT", "1000").Slice()
+			if err != nil {
+				return out, fmt.Errorf("SCAN MATCH %s: %w", pat, err)
+			}
+			if len(reply) != 2 {
+				return out, fmt.Errorf("SCAN MATCH %s: reply %v; want [cursor keys]", pat, reply)
+			}
+			keys, _ := reply[1].([]any)
+			for _, k := range keys {
+				out = append(out, str(k))
+			}
+			if cursor = str(reply[0]); cursor == "0" {
+				break
+			}
+		}
+	}
+	return out, nil
+}
