@@ -49,6 +49,9 @@ type Options struct {
 	RedisAddrs []string
 	// Planner configures the mitigation rules, hysteresis and lease. Default: mitigate's.
 	Planner mitigate.PlannerOptions
+	// CopyRefresh is how often the agent rewrites copies of split keys from their
+	// originals (the staleness bound for writers that bypass the SDK). Default: 1s.
+	CopyRefresh time.Duration
 	// History is how many one-second points of rate history a key keeps. Default: 60.
 	History int
 	// Sources build extra sample sources (the proxy tap, MONITOR) that send to the agent;

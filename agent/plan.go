@@ -28,8 +28,10 @@ const maxPlanWait = 60 * time.Second
 
 // redisState is the Redis side of the agent, once the topology is known.
 type redisState struct {
-	topo *mitigate.Topology
-	rdb  redis.UniversalClient
+	topo        *mitigate.Topology
+	rdb         redis.UniversalClient
+	exec        *mitigate.Executor // carries out the Redis part of enforced entries
+	unsubscribe func()             // stops feeding plans to exec
 }
 
 // connectRedis learns the topology from the configured addresses, retrying every few
@@ -48,9 +50,33 @@ func (a *Agent) connectRedis(ctx context.Context) {
 			} else {
 				st.rdb = redis.NewClient(&redis.Options{Addr: a.opts.RedisAddrs[0]})
 			}
+			st.exec, err = mitigate.NewExecutor(mitigate.ExecutorOptions{
+				Redis:         st.rdb,
+				RefreshPeriod: a.opts.CopyRefresh,
+				GracePeriod:   a.opts.Planner.Lease,
+				Registry:      a.opts.Registry,
+				Logger:        a.log,
+				Now:           a.now,
+			})
+			if err != nil {
+				a.log.Error("mitigation executor", "err", err)
+				st.rdb.Close()
+				topo.Close()
+				return
+			}
+			st.unsubscribe = a.store.Subscribe(st.exec.Offer)
+			st.exec.Offer(a.store.Current())
 			a.redis.Store(st)
 			a.log.Info("redis topology known", "cluster", topo.IsCluster(), "primaries", topo.PrimaryAddrs())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if err := st.exec.Run(ctx); err != nil {
+					a.log.Warn("mitigation executor stopped", "err", err)
+				}
+			}()
 			topo.Run(ctx)
+			<-done
 			return
 		}
 		a.log.Warn("redis unreachable; detection goes on, mitigations that need Redis wait", "addrs", a.opts.RedisAddrs, "err", err)
@@ -62,12 +88,21 @@ func (a *Agent) connectRedis(ctx context.Context) {
 	}
 }
 
-// closeRedis closes the Redis client and topology, if any.
+// closeRedis undoes what the executor did in Redis — deletes every copy, folds every
+// sub-counter back — then closes the Redis client and topology, if any.
 func (a *Agent) closeRedis() {
-	if st := a.redis.Load(); st != nil {
-		st.rdb.Close()
-		st.topo.Close()
+	st := a.redis.Load()
+	if st == nil {
+		return
 	}
+	st.unsubscribe()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := st.exec.Close(ctx); err != nil {
+		a.log.Error("cleaning up copies and sub-counters on stop", "err", err)
+	}
+	st.rdb.Close()
+	st.topo.Close()
 }
 
 // namer returns the topology to name copies with, nil while none is known.

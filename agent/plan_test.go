@@ -122,6 +122,23 @@ func TestOverridesAPI(t *testing.T) {
 // node shares show the lopsided cluster.
 func TestPlanOnCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { rdb.Close() }) // cleanups run last first: this one after the check below
+	if err := rdb.Set(ctx, "score:match42", "3-1", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // runs after the agent has stopped: it left no copy behind
+		left := 0
+		err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			keys, err := node.Keys(ctx, "{hk:*").Result()
+			left += len(keys)
+			return err
+		})
+		if err != nil || left != 0 {
+			t.Errorf("after the agent stopped: %d keys named {hk:…} left (%v); want 0", left, err)
+		}
+	})
 	a := runAgent(t, Options{RedisAddrs: cl.Addrs()})
 	waitFor(t, func() bool { return a.namer() != nil })
 	if err := a.planner.Pin("score:match42", mitigate.Copies, mitigate.Enforce); err != nil {
@@ -149,10 +166,14 @@ func TestPlanOnCluster(t *testing.T) {
 	if len(e.Copies) < 2 || len(primaries) != len(e.Copies) {
 		t.Errorf("copies %+v; want at least 2, each on a different primary", e.Copies)
 	}
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
-	defer rdb.Close()
+	for _, c := range e.Copies { // the executor wrote them, TTL kept
+		waitFor(t, func() bool { return rdb.Get(ctx, c.Name).Val() == "3-1" })
+		if ttl := rdb.PTTL(ctx, c.Name).Val(); ttl <= 0 || ttl > time.Hour {
+			t.Errorf("copy %s: TTL %v; want the original's (under 1h)", c.Name, ttl)
+		}
+	}
 	waitFor(t, func() bool {
-		b, err := rdb.Get(context.Background(), PlanKey).Bytes()
+		b, err := rdb.Get(ctx, PlanKey).Bytes()
 		if err != nil {
 			return false
 		}

@@ -177,6 +177,10 @@ type Mitigate struct {
 	// Lease is how long a plan entry stays valid at a client that lost the agent.
 	// Default 60s; at least 2s.
 	Lease time.Duration `yaml:"lease"`
+	// CopyRefresh is how often the agent rewrites the copies of a split key from the
+	// original: how stale a copy gets after a write that bypasses the SDK. Default 1s;
+	// allowed 10ms..1m.
+	CopyRefresh time.Duration `yaml:"copy_refresh"`
 }
 
 // Modes sets the mode of each kind of mitigation.
@@ -235,6 +239,7 @@ func Default() Config {
 			MinActive:     30 * time.Second,
 			CoolDown:      60 * time.Second,
 			Lease:         60 * time.Second,
+			CopyRefresh:   time.Second,
 		},
 	}
 }

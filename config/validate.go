@@ -126,6 +126,7 @@ func (c Config) Validate() error {
 	v.duration("mitigate.min_active", m.MinActive, time.Second, 24*time.Hour)
 	v.duration("mitigate.cool_down", m.CoolDown, time.Second, 24*time.Hour)
 	v.duration("mitigate.lease", m.Lease, 2*time.Second, time.Hour)
+	v.duration("mitigate.copy_refresh", m.CopyRefresh, 10*time.Millisecond, time.Minute)
 
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")

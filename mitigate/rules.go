@@ -66,7 +66,7 @@ type Rules struct {
 	// Default: 0.1.
 	MaxWriteShare float64
 	// SubCounters is M, how many sub-counters a sharded counter gets, ≥ 2. Default: the
-	// number of primaries, capped at MaxSubCounters (reading the value costs M+1 GETs).
+	// number of primaries, capped at MaxSubCounters (reading the value costs M+2 commands).
 	SubCounters int
 	// MaxSubCounters caps the default M. Default: 16.
 	MaxSubCounters int
@@ -348,8 +348,8 @@ func (e evaluation) counter() []Decision {
 	ds = append(ds, Decision{
 		Key: k.Key, Kind: ShardedCounter, Mode: r.Mode(ShardedCounter), Rule: RuleCounterSharded, N: m,
 		Reason: fmt.Sprintf("%s: spread over %d sub-counters on different primaries", why, m),
-		TradeOff: fmt.Sprintf("reading the value costs %d GETs (the key and %d sub-counters) instead of 1; the value stays exact at every moment",
-			m+1, m),
+		TradeOff: fmt.Sprintf("reading the value costs %d commands in 3 round trips (the key and %d sub-counters, checked against concurrent folds) instead of 1 GET; the value stays exact at every moment",
+			m+2, m),
 	})
 	return ds
 }
@@ -399,7 +399,7 @@ func (r Rules) pinned(key string, kind Kind, st *KeyStats, primaries int) (d Dec
 	}
 	return Decision{Key: key, Kind: ShardedCounter, Mode: r.Mode(ShardedCounter), Rule: RulePinned, N: m,
 		Reason:   fmt.Sprintf("pinned by an operator: spread over %d sub-counters", m),
-		TradeOff: fmt.Sprintf("reading the value costs %d GETs instead of 1", m+1)}, true
+		TradeOff: fmt.Sprintf("reading the value costs %d commands in 3 round trips instead of 1 GET", m+2)}, true
 }
 
 func predictedPrefix(events []string) string {

@@ -111,7 +111,7 @@ func TestDecide(t *testing.T) {
 				{kind: BatchedCounter, rule: RuleCounterSharded, mode: Enforce, reason: []string{"alongside 3 sub-counters"}},
 				{kind: ShardedCounter, rule: RuleCounterSharded, n: 3, mode: Observe,
 					reason:   []string{"150k/s in all is above one node's 100k/s capacity", "spread over 3 sub-counters"},
-					tradeOff: []string{"costs 4 GETs", "exact"}},
+					tradeOff: []string{"costs 5 commands", "exact"}},
 			},
 		},
 		{

@@ -87,6 +87,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 		HashKeys:            cfg.Metrics.HashKeys,
 		RedisAddrs:          cfg.Redis.Addrs,
 		Planner:             plannerOptions(cfg.Mitigate),
+		CopyRefresh:         cfg.Mitigate.CopyRefresh,
 		Logger:              log,
 	}
 	if cfg.Proxy.Listen != "" {
