@@ -1,0 +1,317 @@
+package dashboards
+
+import (
+	"sort"
+	"strings"
+)
+
+// PendingMetrics names the metrics that panels of the boards' "Pending" row query but the
+// agent does not export yet, each with what will add it. The real-Prometheus test skips
+// the queries that name them, and fails as soon as the agent exports one of them, so that
+// its panels get checked from then on and move out of the Pending row.
+func PendingMetrics() map[string]string {
+	return map[string]string{
+		"hotkeyd_mitigation_actions_total": "mitigate.Executor registers it, but the agent does not run an executor yet",
+		"hotkeyd_surprise_hot_keys_total":  "the registry (predicted hot keys) will count hot keys no event predicted",
+	}
+}
+
+// PendingRow is the title of the collapsed row that holds the panels of PendingMetrics.
+const PendingRow = "Pending: executor and registry metrics (no data until the agent exports them)"
+
+// Boards returns the dashboards, in the order docs/dashboards.md describes them.
+func Boards() []*Dashboard {
+	return []*Dashboard{overview(), keyBoard(), mitigations()}
+}
+
+// sel is the label matcher every agent metric is filtered with: the job and instance
+// variables.
+const sel = `job="$job",instance=~"$instance"`
+
+// m writes metric{sel,extra…}.
+func m(name string, extra ...string) string {
+	return name + "{" + strings.Join(append([]string{sel}, extra...), ",") + "}"
+}
+
+// Thresholds shared by several panels.
+var (
+	shareSteps = []Step{at("orange", 0.05), at("red", 0.2)} // hot.*.share default, and 4×
+	nodeSteps  = []Step{at("orange", 0.4), at("red", 0.5)}  // the split target, the alert
+	ratioSteps = []Step{at("orange", 0.7), at("red", 1)}    // hot.cool_ratio, the threshold
+	rateSteps  = []Step{at("orange", 1000), at("red", 10000)}
+	lagSteps   = []Step{at("orange", 0.5), at("red", 2)}
+)
+
+func commonVars(extra ...Variable) []Variable {
+	return append([]Variable{
+		datasourceVar(),
+		queryVar("job", "Job", "The Prometheus job that scrapes the agents.", "label_values(hotkeyd_traffic_rate, job)", false),
+		queryVar("instance", "Agent", "Agents (scrape targets) to show; All sums or takes the maximum over them, as each panel says.", `label_values(hotkeyd_traffic_rate{job="$job"}, instance)`, true),
+	}, extra...)
+}
+
+// keyLink opens the key drill-down for the key under the cursor.
+var keyLink = []DataLink{{
+	Title: "Drill down into ${__field.labels.key}",
+	URL:   "/d/hotkeyd-key/hotkeyd-key?var-datasource=${datasource}&var-job=${job}&${instance:queryparam}&var-key=${__field.labels.key:percentencode}&${__url_time_range}",
+}}
+
+// nodeShare adds the per-primary load share panels.
+func nodeShare(l *layout) {
+	l.add(16, 8, panel{typ: "timeseries", title: "Load share per primary",
+		desc: "Each Redis primary's share of the load of the ranked (top-k) keys, from their sampled rates and the cluster's slot map (hotkeyd_node_share, highest over the selected agents). " +
+			"One primary far above 1/N means its hot keys should be split. Orange from 0.4 (what splitting a key aims for), red above 0.5 (the HotkeydPrimaryOverloaded alert). No data without redis.addrs.",
+		unit: "percentunit", steps: nodeSteps, thresholdStyle: "dashed", min: ptr(0.0), max: ptr(1.0),
+		targets: []Target{series(`max by (primary) (`+m("hotkeyd_node_share")+`)`, "{{primary}}")}}.build())
+	l.add(8, 8, panel{typ: "bargauge", title: "Primaries now",
+		desc: "Each primary's current share of the ranked keys' load (hotkeyd_node_share), busiest first. Orange from 0.4, red above 0.5. No data without redis.addrs.",
+		unit: "percentunit", steps: nodeSteps, min: ptr(0.0), max: ptr(1.0),
+		targets: []Target{instant(`sort_desc(max by (primary) (`+m("hotkeyd_node_share")+`))`, "{{primary}}")}}.build())
+}
+
+func overview() *Dashboard {
+	l := &layout{}
+	l.section("At a glance")
+	l.add(4, 4, panel{typ: "stat", title: "Agents up",
+		desc: "Selected agents whose last scrape succeeded (Prometheus's up). Red at 0: the HotkeydAgentDown alert fires after 2 minutes.",
+		unit: "short", base: "red", steps: []Step{at("green", 1)},
+		targets: []Target{instant(`sum(up{`+sel+`})`, "")}}.build())
+	l.add(4, 4, panel{typ: "stat", title: "Traffic",
+		desc: "All requests per second the selected agents see, scaled from samples to full traffic (sum of hotkeyd_traffic_rate over operations and agents).",
+		unit: "reqps", base: "blue",
+		targets: []Target{instant(`sum(`+m("hotkeyd_traffic_rate")+`)`, "")}}.build())
+	l.add(4, 4, panel{typ: "stat", title: "Hot keys",
+		desc: "Keys hot right now (hotkeyd_hot_keys, summed over agents). Orange from 1, red from 5.",
+		unit: "short", steps: []Step{at("orange", 1), at("red", 5)},
+		targets: []Target{instant(`sum(`+m("hotkeyd_hot_keys")+`)`, "")}}.build())
+	l.add(4, 4, panel{typ: "stat", title: "Hottest key's share",
+		desc: "The largest share of all traffic that one key takes (hotkeyd_key_share). Orange from 5 % (the default hot share), red from 20 %.",
+		unit: "percentunit", steps: shareSteps,
+		targets: []Target{instant(`max(`+m("hotkeyd_key_share")+`)`, "")}}.build())
+	l.add(4, 4, panel{typ: "stat", title: "Busiest primary",
+		desc: "The largest share of the ranked keys' load on one Redis primary (hotkeyd_node_share). Orange from 40 %, red above 50 %. No data without redis.addrs.",
+		unit: "percentunit", steps: nodeSteps,
+		targets: []Target{instant(`max(`+m("hotkeyd_node_share")+`)`, "")}}.build())
+	l.add(4, 4, panel{typ: "stat", title: "Ingest lag",
+		desc: "Age of the newest evaluated window, worst agent (hotkeyd_ingest_lag_seconds): normally under two ticks (0.2 s). Orange from 0.5 s, red from 2 s.",
+		unit: "s", steps: lagSteps,
+		targets: []Target{instant(`max(`+m("hotkeyd_ingest_lag_seconds")+`)`, "")}}.build())
+
+	l.section("Top keys")
+	l.add(12, 9, panel{typ: "timeseries", title: "Top keys by rate",
+		desc: "Requests per second of the 10 heaviest keys, reads and writes, summed over agents (hotkeyd_key_rate). Per-key series exist only while a key is in an agent's top-k. Click a series to drill down into the key.",
+		unit: "reqps", steps: rateSteps, links: keyLink,
+		targets: []Target{series(`topk(10, sum by (key) (`+m("hotkeyd_key_rate")+`))`, "{{key}}")}}.build())
+	l.add(12, 9, panel{typ: "bargauge", title: "Top keys now",
+		desc: "The 10 heaviest keys now, requests per second (hotkeyd_key_rate summed over operations and agents). Orange from 1,000/s (the default hot.read.rate), red from 10,000/s; per-key thresholds are in \"Closest to hot\". Click a bar to drill down.",
+		unit: "reqps", steps: rateSteps, links: keyLink,
+		targets: []Target{instant(`sort_desc(topk(10, sum by (key) (`+m("hotkeyd_key_rate")+`)))`, "{{key}}")}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "Share of traffic",
+		desc: "Each of the 10 largest keys' share of all traffic, highest over the selected agents (hotkeyd_key_share). A key is hot at 5 % by default (hot.read.share, hot.write.share): orange line; red from 20 %.",
+		unit: "percentunit", steps: shareSteps, thresholdStyle: "dashed", links: keyLink,
+		targets: []Target{series(`topk(10, max by (key) (`+m("hotkeyd_key_share")+`))`, "{{key}}")}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "Closest to hot",
+		desc: "The 10 keys nearest their hot threshold: rate over threshold (hotkeyd_key_threshold_ratio), per-key overrides applied. 1 is the threshold (red line); a hot key cools below 0.7 (hot.cool_ratio, orange).",
+		unit: "short", decimals: ptr(2), steps: ratioSteps, thresholdStyle: "dashed", links: keyLink,
+		targets: []Target{series(`topk(10, max by (key) (`+m("hotkeyd_key_threshold_ratio")+`))`, "{{key}}")}}.build())
+
+	l.section("Traffic")
+	l.add(8, 8, panel{typ: "timeseries", title: "Reads and writes",
+		desc: "All traffic by operation, requests per second of the full traffic, stacked (hotkeyd_traffic_rate).",
+		unit: "reqps", stack: true,
+		targets: []Target{series(`sum by (op) (`+m("hotkeyd_traffic_rate")+`)`, "{{op}}")}}.build())
+	l.add(8, 8, panel{typ: "timeseries", title: "Most written keys",
+		desc: "The 5 keys with the most writes per second (hotkeyd_key_rate{op=\"write\"}), among the ranked keys. A write-hot counter is what sharded and batched counters cool.",
+		unit: "reqps", steps: []Step{at("orange", 500), at("red", 5000)}, links: keyLink,
+		targets: []Target{series(`topk(5, sum by (key) (`+m("hotkeyd_key_rate", `op="write"`)+`))`, "{{key}}")}}.build())
+	l.add(8, 8, panel{typ: "timeseries", title: "Distinct keys",
+		desc:    "Distinct keys in each agent's window (hotkeyd_distinct_keys, HyperLogLog, about 1 % error). The sketches' memory does not grow with it.",
+		unit:    "short",
+		targets: []Target{series(m("hotkeyd_distinct_keys"), "{{instance}}")}}.build())
+
+	l.section("Hot keys")
+	l.add(8, 8, panel{typ: "timeseries", title: "Hot and ranked keys",
+		desc: "Keys hot now (hotkeyd_hot_keys) and keys ranked in the top-k (hotkeyd_topk_keys), summed over agents.",
+		unit: "short", steps: []Step{at("orange", 1), at("red", 5)},
+		targets: []Target{
+			series(`sum(`+m("hotkeyd_hot_keys")+`)`, "hot"),
+			series(`sum(`+m("hotkeyd_topk_keys")+`)`, "ranked"),
+		}}.build())
+	l.add(8, 8, panel{typ: "timeseries", title: "Keys turning hot and cooling",
+		desc: "Hot-key events: keys that turned hot (to=hot) and that cooled (to=cool) per interval (increase of hotkeyd_hot_key_transitions_total).",
+		unit: "short", bars: true,
+		targets: []Target{series(`sum by (to) (increase(`+m("hotkeyd_hot_key_transitions_total")+`[$__rate_interval]))`, "{{to}}")}}.build())
+	l.add(8, 8, panel{typ: "timeseries", title: "Detection delay",
+		desc: "Median and 90th percentile, over the last 10 minutes, of the time from the first tick a key was over its threshold to it being flagged hot (hotkeyd_detection_delay_seconds). Orange from 0.25 s (the aim), red from 1 s (the target). Empty when no key turned hot in 10 minutes.",
+		unit: "s", steps: []Step{at("orange", 0.25), at("red", 1)}, thresholdStyle: "dashed",
+		targets: []Target{
+			series(`histogram_quantile(0.5, sum by (le) (rate(`+m("hotkeyd_detection_delay_seconds_bucket")+`[10m])))`, "p50"),
+			series(`histogram_quantile(0.9, sum by (le) (rate(`+m("hotkeyd_detection_delay_seconds_bucket")+`[10m])))`, "p90"),
+		}}.build())
+	l.add(24, 7, panel{typ: "state-timeline", title: "Hot keys over time",
+		desc: "Hot (red) or cool (green) state of every key that was hot in the last hour (hotkeyd_key_hot): when it turned hot, for how long. Gaps: the key was not in the top-k.",
+		unit: "short", steps: []Step{at("red", 1)}, mappings: hotMapping(),
+		targets: []Target{series(`max by (key) (`+m("hotkeyd_key_hot")+`) and on (key) (max by (key) (max_over_time(`+m("hotkeyd_key_hot")+`[1h])) == 1)`, "{{key}}")}}.build())
+
+	l.section("Redis primaries")
+	nodeShare(l)
+
+	l.section("Ingest health")
+	l.add(8, 8, panel{typ: "timeseries", title: "Samples received by source",
+		desc: "Samples per second taken into the detector, by source (rate of hotkeyd_samples_received_total): app names, proxy, monitor; more than 64 sources are counted as \"other\".",
+		unit: "cps", stack: true,
+		targets: []Target{series(`sum by (source) (rate(`+m("hotkeyd_samples_received_total")+`[$__rate_interval]))`, "{{source}}")}}.build())
+	l.add(8, 8, panel{typ: "timeseries", title: "Samples dropped by source and reason",
+		desc: "Samples or reports dropped before the detector, per second (rate of hotkeyd_samples_dropped_total): malformed, too_large, overload (the agent shed load), auth (wrong or missing token). No data means nothing was ever dropped; the HotkeydSamplesDropped alert fires on any sustained drop.",
+		unit: "cps", bars: true, steps: []Step{at("red", 0.001)},
+		targets: []Target{series(`sum by (source, reason) (rate(`+m("hotkeyd_samples_dropped_total")+`[$__rate_interval]))`, "{{source}} {{reason}}")}}.build())
+	l.add(8, 8, panel{typ: "stat", title: "Dropped share",
+		desc: "Share of samples dropped over the last 5 minutes: dropped / (received + dropped). Orange from 0.1 %, red from 1 %.",
+		unit: "percentunit", steps: []Step{at("orange", 0.001), at("red", 0.01)},
+		targets: []Target{instant(`(sum(rate(`+m("hotkeyd_samples_dropped_total")+`[5m])) or vector(0)) / (sum(rate(`+m("hotkeyd_samples_received_total")+`[5m])) + (sum(rate(`+m("hotkeyd_samples_dropped_total")+`[5m])) or vector(0)))`, "")}}.build())
+	l.add(24, 7, panel{typ: "timeseries", title: "Ingest lag",
+		desc: "Age of the newest evaluated window per agent (hotkeyd_ingest_lag_seconds): how far what the agent shows trails the samples. Normally under 0.2 s; orange from 0.5 s, red from 2 s (the HotkeydIngestLagHigh alert fires above 1 s for 2 minutes).",
+		unit: "s", steps: lagSteps, thresholdStyle: "dashed",
+		targets: []Target{series(`max by (instance) (`+m("hotkeyd_ingest_lag_seconds")+`)`, "{{instance}}")}}.build())
+
+	return dashboard("hotkeyd-overview.json", "hotkeyd-overview", "hotkeyd / Overview",
+		"Which keys are hot, how much of the traffic and of each Redis primary they take, and whether the agents see all their samples.",
+		commonVars(), l.panels)
+}
+
+func keyBoard() *Dashboard {
+	k := `key="$key"`
+	l := &layout{}
+	l.section("$key now")
+	l.add(4, 4, panel{typ: "stat", title: "Rate",
+		desc: "The key's requests per second, reads and writes, summed over agents (hotkeyd_key_rate). Orange from 1,000/s, red from 10,000/s.",
+		unit: "reqps", steps: rateSteps,
+		targets: []Target{instant(`sum(`+m("hotkeyd_key_rate", k)+`)`, "")}}.build())
+	l.add(4, 4, panel{typ: "stat", title: "Reads",
+		desc: "The key's reads per second (hotkeyd_key_rate{op=\"read\"}). Orange from 1,000/s (hot.read.rate), red from 10,000/s.",
+		unit: "reqps", steps: rateSteps,
+		targets: []Target{instant(`sum(`+m("hotkeyd_key_rate", k, `op="read"`)+`)`, "")}}.build())
+	l.add(4, 4, panel{typ: "stat", title: "Writes",
+		desc: "The key's writes per second (hotkeyd_key_rate{op=\"write\"}). Orange from 500/s (hot.write.rate), red from 5,000/s.",
+		unit: "reqps", steps: []Step{at("orange", 500), at("red", 5000)},
+		targets: []Target{instant(`sum(`+m("hotkeyd_key_rate", k, `op="write"`)+`)`, "")}}.build())
+	l.add(4, 4, panel{typ: "stat", title: "Share of traffic",
+		desc: "The key's share of all traffic, highest over agents (hotkeyd_key_share). Orange from 5 % (hot by share by default), red from 20 %.",
+		unit: "percentunit", steps: shareSteps,
+		targets: []Target{instant(`max(`+m("hotkeyd_key_share", k)+`)`, "")}}.build())
+	l.add(4, 4, panel{typ: "stat", title: "Hot",
+		desc: "HOT while any selected agent flags the key hot (hotkeyd_key_hot), else cool.",
+		unit: "short", steps: []Step{at("red", 1)}, mappings: hotMapping(),
+		targets: []Target{instant(`max(`+m("hotkeyd_key_hot", k)+`)`, "")}}.build())
+	l.add(4, 4, panel{typ: "stat", title: "Threshold ratio",
+		desc: "The key's rate over its hot threshold, overrides applied (hotkeyd_key_threshold_ratio): red from 1 (hot), orange from 0.7 (below it a hot key starts to cool).",
+		unit: "short", decimals: ptr(2), steps: ratioSteps,
+		targets: []Target{instant(`max(`+m("hotkeyd_key_threshold_ratio", k)+`)`, "")}}.build())
+
+	l.section("History of $key")
+	l.add(12, 8, panel{typ: "timeseries", title: "Rate by operation",
+		desc: "The key's reads and writes per second, stacked (hotkeyd_key_rate). Gaps: the key was out of every agent's top-k.",
+		unit: "reqps", stack: true, steps: rateSteps,
+		targets: []Target{series(`sum by (op) (`+m("hotkeyd_key_rate", k)+`)`, "{{op}}")}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "Rate by agent",
+		desc: "The key's requests per second as each agent sees it (hotkeyd_key_rate by instance): which apps or proxies send the load.",
+		unit: "reqps", stack: true,
+		targets: []Target{series(`sum by (instance) (`+m("hotkeyd_key_rate", k)+`)`, "{{instance}}")}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "Share of traffic",
+		desc: "The key's share of all traffic (hotkeyd_key_share). Orange line at 5 %, the default hot share.",
+		unit: "percentunit", steps: shareSteps, thresholdStyle: "dashed",
+		targets: []Target{series(`max(`+m("hotkeyd_key_share", k)+`)`, "share")}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "Threshold ratio",
+		desc: "Rate over the hot threshold (hotkeyd_key_threshold_ratio): red line at 1, where the key turns hot; orange at 0.7, below which it cools after hot.cool_ticks ticks.",
+		unit: "short", decimals: ptr(2), steps: ratioSteps, thresholdStyle: "dashed",
+		targets: []Target{series(`max(`+m("hotkeyd_key_threshold_ratio", k)+`)`, "ratio")}}.build())
+	l.add(24, 4, panel{typ: "state-timeline", title: "Hot state",
+		desc: "When the key was hot (red) or cool (green) (hotkeyd_key_hot): since when it is hot, and how often it flapped.",
+		unit: "short", steps: []Step{at("red", 1)}, mappings: hotMapping(),
+		targets: []Target{series(`max(`+m("hotkeyd_key_hot", k)+`)`, "$key")}}.build())
+
+	l.section("Mitigations and primaries (agent-wide)")
+	l.add(12, 8, panel{typ: "timeseries", title: "Active mitigations, all keys",
+		desc: "Mitigations active on the selected agents, by kind and mode (hotkeyd_mitigations). Agent-wide: the agent exports no per-key mitigation series yet; the key's own are in GET /v1/keys/{key} (\"mitigations\") and in `hotkeyd top`.",
+		unit: "short", stack: true,
+		targets: []Target{series(`sum by (kind, mode) (`+m("hotkeyd_mitigations")+`)`, "{{kind}} ({{mode}})")}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "Load share per primary",
+		desc: "Each Redis primary's share of the ranked keys' load (hotkeyd_node_share); a hot key weighs on the primary that owns its slot. Orange from 0.4, red above 0.5. No data without redis.addrs.",
+		unit: "percentunit", steps: nodeSteps, thresholdStyle: "dashed", min: ptr(0.0), max: ptr(1.0),
+		targets: []Target{series(`max by (primary) (`+m("hotkeyd_node_share")+`)`, "{{primary}}")}}.build())
+
+	return dashboard("hotkeyd-key.json", "hotkeyd-key", "hotkeyd / Key",
+		"One key: its rate, share and hot state over time, its threshold, and the agent's mitigations and primaries.",
+		commonVars(queryVar("key", "Key", "A key in the agents' top-k (keys leave the list when they leave the top-k).",
+			`label_values(hotkeyd_key_rate{job="$job",instance=~"$instance"}, key)`, false)),
+		l.panels)
+}
+
+func mitigations() *Dashboard {
+	l := &layout{}
+	l.section("Now")
+	l.add(6, 4, panel{typ: "stat", title: "Enforced mitigations",
+		desc: "Mitigations in enforce mode now: published for SDK clients and carried out in Redis (hotkeyd_mitigations{mode=\"enforce\"}). Orange from 5, red from 20.",
+		unit: "short", base: "blue", steps: []Step{at("orange", 5), at("red", 20)},
+		targets: []Target{instant(`sum(`+m("hotkeyd_mitigations", `mode="enforce"`)+`) or vector(0)`, "")}}.build())
+	l.add(6, 4, panel{typ: "stat", title: "Observed or recommended",
+		desc: "Mitigations hotkeyd would apply but does not, by its mitigate.modes (hotkeyd_mitigations with mode observe or recommend). Orange from 1: a candidate to enforce.",
+		unit: "short", steps: []Step{at("orange", 1)},
+		targets: []Target{instant(`sum(`+m("hotkeyd_mitigations", `mode!="enforce"`)+`) or vector(0)`, "")}}.build())
+	l.add(6, 4, panel{typ: "stat", title: "Hot keys",
+		desc: "Keys hot now (hotkeyd_hot_keys). Orange from 1, red from 5.",
+		unit: "short", steps: []Step{at("orange", 1), at("red", 5)},
+		targets: []Target{instant(`sum(`+m("hotkeyd_hot_keys")+`)`, "")}}.build())
+	l.add(6, 4, panel{typ: "stat", title: "Plan version",
+		desc: "Version of the current mitigation plan, highest over agents (hotkeyd_plan_version); SDK clients follow it with GET /v1/plan.",
+		unit: "short", base: "blue",
+		targets: []Target{instant(`max(`+m("hotkeyd_plan_version")+`)`, "")}}.build())
+
+	l.section("Mitigations")
+	l.add(12, 8, panel{typ: "timeseries", title: "Active mitigations by kind and mode",
+		desc: "Active mitigations over time, stacked, by kind (l1, copies, sharded_counter, batched_counter) and mode (observe, recommend, enforce) (hotkeyd_mitigations).",
+		unit: "short", stack: true,
+		targets: []Target{series(`sum by (kind, mode) (`+m("hotkeyd_mitigations")+`)`, "{{kind}} ({{mode}})")}}.build())
+	l.add(12, 8, panel{typ: "bargauge", title: "Active now",
+		desc: "Active mitigations now by kind and mode (hotkeyd_mitigations). Orange from 5, red from 20 of one kind.",
+		unit: "short", base: "blue", steps: []Step{at("orange", 5), at("red", 20)},
+		targets: []Target{instant(`sort_desc(sum by (kind, mode) (`+m("hotkeyd_mitigations")+`))`, "{{kind}} ({{mode}})")}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "Hot keys and enforced mitigations",
+		desc: "Hot keys (hotkeyd_hot_keys) against enforced mitigations (hotkeyd_mitigations{mode=\"enforce\"}): hot keys that stay without mitigation are what the HotkeydSurpriseHotKey alert reports.",
+		unit: "short",
+		targets: []Target{
+			series(`sum(`+m("hotkeyd_hot_keys")+`)`, "hot keys"),
+			series(`sum(`+m("hotkeyd_mitigations", `mode="enforce"`)+`)`, "enforced mitigations"),
+		}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "Plan changes",
+		desc: "New plan versions per interval, per agent (changes of hotkeyd_plan_version): every mitigation that starts, ends or changes its copies makes one. Many in a row: flapping.",
+		unit: "short", bars: true, steps: []Step{at("orange", 5)},
+		targets: []Target{series(`sum by (instance) (changes(`+m("hotkeyd_plan_version")+`[$__rate_interval]))`, "{{instance}}")}}.build())
+
+	l.section("Redis primaries")
+	nodeShare(l)
+
+	l.collapsed(PendingRow)
+	l.add(12, 8, panel{typ: "timeseries", title: "Mitigation actions",
+		desc: "Pending (see docs/dashboards.md): what the agent did in Redis for enforced mitigations, per interval, by kind and action — copy_write, copy_refresh, copy_delete, counter_fold, counter_recover, error (hotkeyd_mitigation_actions_total). No data until the agent runs the executor.",
+		unit: "short", bars: true,
+		targets: []Target{series(`sum by (kind, action) (increase(`+m("hotkeyd_mitigation_actions_total")+`[$__rate_interval]))`, "{{kind}} {{action}}")}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "Surprise hot keys",
+		desc: "Pending (see docs/dashboards.md): hot keys that no registry event predicted, per interval (hotkeyd_surprise_hot_keys_total). No data until the registry lands.",
+		unit: "short", bars: true, steps: []Step{at("red", 1)},
+		targets: []Target{series(`sum(increase(`+m("hotkeyd_surprise_hot_keys_total")+`[$__rate_interval]))`, "surprises")}}.build())
+
+	return dashboard("hotkeyd-mitigations.json", "hotkeyd-mitigations", "hotkeyd / Mitigations",
+		"What hotkeyd does about hot keys: active mitigations by kind and mode, plan versions, and the load on each Redis primary.",
+		commonVars(), l.panels)
+}
+
+// pendingNames returns the names of PendingMetrics, sorted.
+func pendingNames() []string {
+	var names []string
+	for n := range PendingMetrics() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
