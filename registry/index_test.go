@@ -1,0 +1,181 @@
+package registry
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/mitigate"
+)
+
+// indexEvents: a match with an exact key, a sale with a prefix and a glob, both armed
+// around 2026-03-01 19:30–21:30 UTC+1 with a 15m lead.
+func indexEvents() []Event {
+	match := testEvent("match42")
+	match.Patterns = []string{"score:match42", "odds:match42"}
+	match.Mitigations = []string{"l1", "copies"}
+	sale := testEvent("sale")
+	sale.Patterns = []string{"sale:sku:*", "cart:*:count"}
+	sale.ExpectedReadRate, sale.ExpectedWriteRate = 1000, 30000
+	sale.Mitigations = []string{"sharded_counter"}
+	later := testEvent("later")
+	later.Start = later.Start.Add(24 * time.Hour)
+	later.End = later.End.Add(24 * time.Hour)
+	later.Patterns = []string{"score:match42"}
+	return []Event{match, sale, later}
+}
+
+func newIndex(t testing.TB, evs []Event, cd time.Duration) *Index {
+	t.Helper()
+	x, err := NewIndex(evs, IndexOptions{CoolDown: cd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func TestIndexMatch(t *testing.T) {
+	x := newIndex(t, indexEvents(), 5*time.Minute)
+	start := indexEvents()[0].Start
+	cases := []struct {
+		key  string
+		at   time.Duration // from start
+		want []string
+	}{
+		{"score:match42", -16 * time.Minute, nil},
+		{"score:match42", -15 * time.Minute, []string{"match42"}},
+		{"score:match42", 2*time.Hour + 4*time.Minute, []string{"match42"}},
+		{"score:match42", 2*time.Hour + 5*time.Minute, nil},
+		{"score:match42", 24 * time.Hour, []string{"later"}},
+		{"odds:match42", 0, []string{"match42"}},
+		{"score:match4", 0, nil},
+		{"sale:sku:17", time.Hour, []string{"sale"}},
+		{"sale:sku:", time.Hour, []string{"sale"}},
+		{"sale:sk", time.Hour, nil},
+		{"cart:99:count", time.Hour, []string{"sale"}},
+		{"cart:99:counts", time.Hour, nil},
+	}
+	for _, c := range cases {
+		got := x.Match(c.key, start.Add(c.at), nil)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("Match(%q, start%+v) = %q; want %q", c.key, c.at, got, c.want)
+		}
+	}
+}
+
+func TestIndexPredicted(t *testing.T) {
+	x := newIndex(t, indexEvents(), 0)
+	start := indexEvents()[0].Start
+	if got := x.Predicted(start.Add(-time.Hour)); len(got) != 0 {
+		t.Errorf("Predicted an hour before: %v; want nothing (lead is 15m)", got)
+	}
+	got := x.Predicted(start.Add(-10 * time.Minute))
+	if len(got) != 2 || got[0].Key != "odds:match42" || got[1].Key != "score:match42" {
+		t.Fatalf("Predicted 10m before = %+v; want the two exact keys of match42", got)
+	}
+	p := got[1]
+	if !slices.Equal(p.Events, []string{"match42"}) || p.ExpectedReadRate != 50000 || p.Auto ||
+		!slices.Equal(p.Kinds, []mitigate.Kind{mitigate.L1, mitigate.Copies}) || p.Counter {
+		t.Errorf("prediction %+v; want match42's rates and kinds", p)
+	}
+	// Glob keys are predicted only when they show up.
+	sp, ok := x.Predict("cart:7:count", start)
+	if !ok || !sp.Counter || sp.ExpectedWriteRate != 30000 || !slices.Equal(sp.Kinds, []mitigate.Kind{mitigate.ShardedCounter}) {
+		t.Errorf("Predict(cart:7:count) = %+v, %v; want the sale's counter prediction", sp, ok)
+	}
+	if _, ok := x.Predict("cart:7:count", start.Add(-time.Hour)); ok {
+		t.Error("Predict before the lead: predicted; want not")
+	}
+	if arm := x.Armed(start); len(arm) != 2 || arm[0].Event.ID != "match42" || !arm[0].From.Equal(start.Add(-15*time.Minute)) ||
+		!arm[0].Until.Equal(start.Add(2*time.Hour+DefaultCoolDown)) {
+		t.Errorf("Armed(start) = %+v; want match42 and sale, from start−15m to end+60s", arm)
+	}
+}
+
+func TestIndexErrors(t *testing.T) {
+	if _, err := NewIndex([]Event{testEvent("a"), testEvent("a")}, IndexOptions{}); err == nil {
+		t.Error("NewIndex with a duplicate id: no error")
+	}
+	if _, err := NewIndex([]Event{testEvent("")}, IndexOptions{}); err == nil {
+		t.Error("NewIndex without an id: no error")
+	}
+}
+
+// benchIndex builds n events: a third exact, a third prefixes, a third globs.
+func benchIndex(b testing.TB, n int) (*Index, time.Time) {
+	var evs []Event
+	for i := range n {
+		e := testEvent(fmt.Sprintf("ev%04d", i))
+		switch i % 3 {
+		case 0:
+			e.Patterns = []string{fmt.Sprintf("score:match%d", i)}
+		case 1:
+			e.Patterns = []string{fmt.Sprintf("sale:%d:sku:*", i)}
+		default:
+			e.Patterns = []string{fmt.Sprintf("feed:%d:*:post?", i)}
+		}
+		evs = append(evs, e)
+	}
+	return newIndex(b, evs, 0), evs[0].Start
+}
+
+func TestIndexMatchAllocs(t *testing.T) {
+	x, now := benchIndex(t, 1000)
+	buf := make([]string, 0, 8)
+	keys := []string{"score:match300", "sale:301:sku:9", "feed:302:x:post1", "unmatched:key"}
+	for _, k := range keys {
+		x.Match(k, now, buf[:0]) // warm the armed-state cache
+	}
+	n := testing.AllocsPerRun(100, func() {
+		for _, k := range keys {
+			buf = x.Match(k, now, buf[:0])
+		}
+	})
+	if n != 0 {
+		t.Errorf("Match allocates %v times per 4 keys; want 0", n)
+	}
+	if got := x.Match("feed:302:x:post1", now, nil); !slices.Equal(got, []string{"ev0302"}) {
+		t.Errorf("Match(feed:302:x:post1) = %v; want [ev0302]", got)
+	}
+}
+
+var sinkIDs []string
+
+// BenchmarkIndexMatch: 1,000 events, keys that hit each kind of pattern and one that
+// hits none.
+func BenchmarkIndexMatch(b *testing.B) {
+	x, now := benchIndex(b, 1000)
+	keys := []string{"score:match300", "sale:301:sku:9", "feed:302:x:post1", "unmatched:key:with:some:length"}
+	buf := make([]string, 0, 8)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		buf = x.Match(keys[i&3], now, buf[:0])
+		i++
+	}
+	sinkIDs = buf
+}
+
+// BenchmarkIndexMatchNaive is the baseline: every pattern of every event, matched with
+// MatchGlob.
+func BenchmarkIndexMatchNaive(b *testing.B) {
+	x, now := benchIndex(b, 1000)
+	keys := []string{"score:match300", "sale:301:sku:9", "feed:302:x:post1", "unmatched:key:with:some:length"}
+	buf := make([]string, 0, 8)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		buf = buf[:0]
+		k := keys[i&3]
+		for _, en := range x.entries {
+			for _, p := range en.c.patterns {
+				if MatchGlob(p.Source, k) && x.armed(en, now).armed {
+					buf = append(buf, en.c.ev.ID)
+				}
+			}
+		}
+		i++
+	}
+	sinkIDs = buf
+}

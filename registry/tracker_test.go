@@ -1,0 +1,100 @@
+package registry
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTracker(t *testing.T) {
+	x := newIndex(t, indexEvents(), 5*time.Minute)
+	start := indexEvents()[0].Start
+	tr, err := NewTracker(TrackerOptions{MaxSurprises: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := func(at time.Duration, obs ...Observation) int { return tr.Observe(start.Add(at), x, obs) }
+
+	// Before arming: a hot key is a surprise, counted once per hot episode.
+	if n := tick(-time.Hour, Observation{Key: "score:match42", ReadRate: 900, Hot: true}); n != 1 {
+		t.Errorf("unpredicted hot key: %d new surprises; want 1", n)
+	}
+	if n := tick(-59*time.Minute, Observation{Key: "score:match42", ReadRate: 900, Hot: true}); n != 0 {
+		t.Errorf("still hot: %d new surprises; want 0 (one per episode)", n)
+	}
+	if _, ok := tr.Report("match42", start); ok {
+		t.Error("report before the event armed; want none")
+	}
+	// Armed at −15m: no more surprise; a cold tick, then traffic.
+	tick(-10*time.Minute, Observation{Key: "score:match42", ReadRate: 100})
+	tick(-2*time.Minute, Observation{Key: "score:match42", ReadRate: 30000, Hot: true},
+		Observation{Key: "sale:sku:1", ReadRate: 10, WriteRate: 20000, Hot: true})
+	tick(10*time.Minute, Observation{Key: "score:match42", ReadRate: 60000, Hot: true},
+		Observation{Key: "odds:match42", ReadRate: 40000, WriteRate: 5, Hot: true},
+		Observation{Key: "sale:sku:2", WriteRate: 45000, Hot: true},
+		Observation{Key: "surprise:1", ReadRate: 7, Hot: true},
+		Observation{Key: "surprise:2", ReadRate: 8, Hot: true})
+	tick(3*time.Hour, Observation{Key: "score:match42", ReadRate: 99999, Hot: true}) // disarmed: a surprise again
+
+	r, ok := tr.Report("match42", start.Add(time.Hour))
+	if !ok {
+		t.Fatal("no report for match42")
+	}
+	if r.State != "running" || r.ObservedPeakReadRate != 60000 || r.PeakReadKey != "score:match42" ||
+		r.ReadRatio == nil || *r.ReadRatio != 1.2 || r.WriteRatio != nil || r.HotKeysTotal != 2 ||
+		r.FirstHot == nil || time.Duration(*r.FirstHotAfterStart) != -2*time.Minute {
+		j, _ := json.MarshalIndent(r, "", " ")
+		t.Errorf("match42 report:\n%s\nwant running, peak 60000 on score:match42 (ratio 1.2), 2 hot keys, first hot 2m before start", j)
+	}
+	if len(r.HotKeys) != 2 || r.HotKeys[0].Key != "score:match42" || r.HotKeys[0].PeakReadRate != 60000 || r.HotKeys[1].Key != "odds:match42" {
+		t.Errorf("hot keys %+v; want score:match42 (peak 60000) then odds:match42", r.HotKeys)
+	}
+	if r.ArmedFrom != start.Add(-15*time.Minute) || r.ArmedUntil != start.Add(2*time.Hour+5*time.Minute) {
+		t.Errorf("armed %v–%v; want start−15m to end+5m", r.ArmedFrom, r.ArmedUntil)
+	}
+	sale, _ := tr.Report("sale", start.Add(4*time.Hour))
+	if sale.State != "over" || sale.ObservedPeakWriteRate != 45000 || sale.PeakWriteKey != "sale:sku:2" || *sale.WriteRatio != 1.5 || sale.HotKeysTotal != 2 {
+		t.Errorf("sale report %+v; want over, peak write 45000 on sale:sku:2 (ratio 1.5), 2 hot keys", sale)
+	}
+	total, recent := tr.Surprises()
+	if total != 4 || len(recent) != 2 || recent[0].Key != "surprise:2" || recent[1].Key != "score:match42" {
+		t.Errorf("surprises %d %+v; want 4, the last two surprise:2 and score:match42", total, recent)
+	}
+	if rs := tr.Reports(start); len(rs) != 2 {
+		t.Errorf("Reports = %d; want 2 (match42 and sale; later has not armed)", len(rs))
+	}
+	out, _ := json.Marshal(r)
+	for _, f := range []string{`"state":"running"`, `"read_ratio":1.2`, `"first_hot_after_start":"-2m0s"`, `"hot_keys_total":2`} {
+		if !strings.Contains(string(out), f) {
+			t.Errorf("report JSON %s; want %s", out, f)
+		}
+	}
+
+	// The next occurrence starts a new report; deleted events lose theirs.
+	x2 := newIndex(t, indexEvents()[1:], 5*time.Minute)
+	tr.Observe(start.Add(24*time.Hour), x2, nil)
+	if _, ok := tr.Report("match42", start); ok {
+		t.Error("report of a deleted event still there")
+	}
+	if r, ok := tr.Report("later", start.Add(24*time.Hour)); !ok || r.HotKeysTotal != 0 || r.State != "running" {
+		t.Errorf("later's report %+v, %v; want a fresh running one", r, ok)
+	}
+}
+
+func TestTrackerHotKeysBound(t *testing.T) {
+	x := newIndex(t, indexEvents(), 0)
+	start := indexEvents()[0].Start
+	tr, _ := NewTracker(TrackerOptions{MaxHotKeys: 3})
+	for i := range 10 {
+		tr.Observe(start, x, []Observation{{Key: "sale:sku:" + string(rune('a'+i)), WriteRate: 1, Hot: true}})
+		tr.Observe(start, x, []Observation{{Key: "sale:sku:a", WriteRate: 2, Hot: true}})
+	}
+	r, _ := tr.Report("sale", start)
+	if len(r.HotKeys) != 3 || r.HotKeysTotal != 10 {
+		t.Errorf("%d hot keys listed, %d counted; want 3 and 10", len(r.HotKeys), r.HotKeysTotal)
+	}
+	if _, err := NewTracker(TrackerOptions{MaxHotKeys: -1}); err == nil {
+		t.Error("negative MaxHotKeys: no error")
+	}
+}
