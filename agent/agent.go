@@ -15,6 +15,7 @@ import (
 
 	"github.com/hotkeyd/hotkeyd/detector"
 	"github.com/hotkeyd/hotkeyd/mitigate"
+	"github.com/hotkeyd/hotkeyd/registry"
 	"github.com/hotkeyd/hotkeyd/sampler"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -49,6 +50,8 @@ type Options struct {
 	RedisAddrs []string
 	// Planner configures the mitigation rules, hysteresis and lease. Default: mitigate's.
 	Planner mitigate.PlannerOptions
+	// Events is the registry of predicted hot keys. Default: an in-memory store.
+	Events registry.Store
 	// CopyRefresh is how often the agent rewrites copies of split keys from their
 	// originals (the staleness bound for writers that bypass the SDK). Default: 1s.
 	CopyRefresh time.Duration
@@ -91,7 +94,9 @@ type Agent struct {
 	store    *mitigate.Store
 	redis    atomic.Pointer[redisState] // nil until the topology is known
 	toRedis  chan mitigate.Plan         // the newest plan not yet published in Redis
-	history  *histories                 // owned by the evaluation loop; read through view
+	index    atomic.Pointer[registry.Index]
+	events   events     // written by the evaluation loop only
+	history  *histories // owned by the evaluation loop; read through view
 	ready    atomic.Bool
 	items    sync.Pool    // *[]detector.Item scratch batches for Accept, so ingest does not allocate
 	lastEval atomic.Int64 // unix nanoseconds of the last evaluation
@@ -141,6 +146,13 @@ func New(o Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a.store = mitigate.NewStore(mitigate.StoreOptions{Now: o.Now})
+	if o.Events == nil {
+		o.Events = registry.NewMemory(registry.MemoryOptions{})
+	}
+	a.events.store = o.Events
+	if a.events.tracker, err = registry.NewTracker(registry.TrackerOptions{}); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 	a.toRedis = make(chan mitigate.Plan, 1)
 	a.store.Subscribe(func(p mitigate.Plan) {
 		select { // keep only the newest: drop a plan still waiting

@@ -24,6 +24,8 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/topk", a.topk)
 	mux.HandleFunc("GET /v1/keys/{key...}", a.key)
 	mux.HandleFunc("GET /v1/plan", a.plan)
+	mux.Handle("/v1/registry", a.authorized(http.HandlerFunc(a.registryAPI)))
+	mux.Handle("/v1/registry/{id}", a.authorized(http.HandlerFunc(a.registryAPI)))
 	mux.Handle("/v1/plan/overrides", a.authorized(http.HandlerFunc(a.overrides)))
 	mux.Handle("DELETE /v1/plan/overrides/{key...}", a.authorized(http.HandlerFunc(a.overrides)))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{Registry: a.opts.Registry}))
@@ -140,13 +142,16 @@ func (a *Agent) keyReply(v *view, k detector.Key, readRate, writeRate, total flo
 		Rate:        readRate + writeRate,
 		ReadRate:    readRate,
 		WriteRate:   writeRate,
-		PredictedBy: []string{},
+		PredictedBy: v.predicted[k.Key],
 		Mitigations: v.mitigations[k.Key],
 		Counter:     k.Flags&detector.FlagCounter != 0,
 		Truncated:   k.Flags&FlagTruncated != 0,
 	}
 	if j.Mitigations == nil {
 		j.Mitigations = []string{}
+	}
+	if j.PredictedBy == nil {
+		j.PredictedBy = []string{}
 	}
 	if total > 0 {
 		j.Share = j.Rate / total

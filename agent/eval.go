@@ -6,6 +6,7 @@ import (
 
 	"github.com/hotkeyd/hotkeyd/detector"
 	"github.com/hotkeyd/hotkeyd/mitigate"
+	"github.com/hotkeyd/hotkeyd/registry"
 )
 
 // view is what the API and metrics show: the result of one evaluation, never modified
@@ -26,6 +27,10 @@ type view struct {
 	nodes []mitigate.NodeLoad
 	// planVersion is the version of the current plan.
 	planVersion uint64
+	// predicted lists, per key, the registry events that predict it.
+	predicted map[string][]string
+	// reports are the registry reports of the armed events, for metrics.
+	reports []registry.Report
 }
 
 func (v *view) level(key string) (detector.Level, bool) {
@@ -102,8 +107,10 @@ func (a *Agent) evaluate() {
 	snap := a.det.Snapshot(now, detector.All, 0)
 	levels, changes := a.tracker.Update(&snap)
 	a.det.Advance(now)
-	namer := a.namer()
-	if plan, changed := a.planner.Update(now, keyStats(levels, snap.Covered), namer); changed {
+	a.refreshIndex(now)
+	stats, predicted := a.predict(now, levels, snap.Covered)
+	a.metrics.surprises.Add(float64(a.observe(now, levels)))
+	if plan, changed := a.planner.Update(now, stats, a.namer()); changed {
 		plan = a.store.Publish(plan)
 		a.log.Info("plan changed", "version", plan.Version, "entries", len(plan.Entries))
 	}
@@ -128,6 +135,14 @@ func (a *Agent) evaluate() {
 
 		mitigations: planEntries(a.planner.Active()),
 		planVersion: a.store.Current().Version,
+		predicted:   predicted,
+	}
+	if x := a.index.Load(); x != nil {
+		for _, arm := range x.Armed(now) {
+			if r, ok := a.events.tracker.Report(arm.Event.ID, now); ok {
+				v.reports = append(v.reports, r)
+			}
+		}
 	}
 	if st := a.redis.Load(); st != nil {
 		loads := make([]mitigate.KeyLoad, len(levels))

@@ -18,6 +18,8 @@ type metrics struct {
 	drops   *prometheus.CounterVec
 	changes *prometheus.CounterVec
 	delay   prometheus.Histogram
+	// surprises counts keys turning hot that no armed registry event predicted.
+	surprises prometheus.Counter
 
 	mu      sync.Mutex // guards sources
 	sources map[string]prometheus.Counter
@@ -25,6 +27,7 @@ type metrics struct {
 	keyRate, keyShare, keyHot, keyLevel   *prometheus.Desc
 	traffic, distinct, hot, lag, keysDesc *prometheus.Desc
 	mitigations, planVersion, nodeShare   *prometheus.Desc
+	eventExpected, eventObserved          *prometheus.Desc
 }
 
 func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
@@ -47,6 +50,10 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 			Help:    "Time from the first tick a key's rate was over its threshold to the key being flagged hot.",
 			Buckets: []float64{0, .05, .1, .15, .2, .25, .3, .4, .5, .75, 1, 2, 5},
 		}),
+		surprises: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hotkeyd_surprise_hot_keys_total",
+			Help: "Keys that turned hot while no armed registry event predicted them.",
+		}),
 		sources:  map[string]prometheus.Counter{},
 		keyRate:  prometheus.NewDesc("hotkeyd_key_rate", "Estimated requests per second of a key in the top-k, full traffic, by operation.", []string{"key", "op"}, nil),
 		keyShare: prometheus.NewDesc("hotkeyd_key_share", "A top-k key's share of all traffic (0 to 1).", []string{"key"}, nil),
@@ -58,11 +65,13 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		lag:      prometheus.NewDesc("hotkeyd_ingest_lag_seconds", "Age of the newest evaluated window: how far what the agent shows trails the samples it has taken.", nil, nil),
 		keysDesc: prometheus.NewDesc("hotkeyd_topk_keys", "Keys in the combined top-k ranking (the per-key series shown).", nil, nil),
 
-		mitigations: prometheus.NewDesc("hotkeyd_mitigations", "Active mitigations by kind and mode (observe ones included).", []string{"kind", "mode"}, nil),
-		planVersion: prometheus.NewDesc("hotkeyd_plan_version", "Version of the current mitigation plan.", nil, nil),
-		nodeShare:   prometheus.NewDesc("hotkeyd_node_share", "A primary's share of the load of the ranked keys, from sampled rates and the slot map.", []string{"primary"}, nil),
+		mitigations:   prometheus.NewDesc("hotkeyd_mitigations", "Active mitigations by kind and mode (observe ones included).", []string{"kind", "mode"}, nil),
+		planVersion:   prometheus.NewDesc("hotkeyd_plan_version", "Version of the current mitigation plan.", nil, nil),
+		eventExpected: prometheus.NewDesc("hotkeyd_event_expected_rate", "An armed registry event's expected peak rate on one key, requests/s.", []string{"event", "op"}, nil),
+		eventObserved: prometheus.NewDesc("hotkeyd_event_observed_rate", "The peak rate one key under an armed registry event has reached in this occurrence, requests/s.", []string{"event", "op"}, nil),
+		nodeShare:     prometheus.NewDesc("hotkeyd_node_share", "A primary's share of the load of the ranked keys, from sampled rates and the slot map.", []string{"primary"}, nil),
 	}
-	for _, c := range []prometheus.Collector{m.samples, m.drops, m.changes, m.delay, m} {
+	for _, c := range []prometheus.Collector{m.samples, m.drops, m.changes, m.delay, m.surprises, m} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("agent: metrics: %w", err)
 		}
@@ -110,7 +119,7 @@ func (m *metrics) change(c detector.Change) {
 
 // Describe sends the descriptions of the per-key and window series.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc, m.mitigations, m.planVersion, m.nodeShare} {
+	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc, m.mitigations, m.planVersion, m.nodeShare, m.eventExpected, m.eventObserved} {
 		ch <- d
 	}
 }
@@ -139,6 +148,12 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for km, n := range counts {
 		gauge(m.mitigations, float64(n), km[0], km[1])
+	}
+	for _, r := range v.reports { // armed events only: series go when an event disarms
+		gauge(m.eventExpected, r.ExpectedReadRate, r.ID, "read")
+		gauge(m.eventExpected, r.ExpectedWriteRate, r.ID, "write")
+		gauge(m.eventObserved, r.ObservedPeakReadRate, r.ID, "read")
+		gauge(m.eventObserved, r.ObservedPeakWriteRate, r.ID, "write")
 	}
 	for _, n := range v.nodes {
 		if n.Primary != "" {

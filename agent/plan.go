@@ -138,23 +138,27 @@ func (a *Agent) publishToRedis(p mitigate.Plan) {
 func keyStats(levels []detector.Level, covered time.Duration) []mitigate.KeyStats {
 	var out []mitigate.KeyStats
 	for _, l := range levels {
-		if !l.Hot {
-			continue
+		if l.Hot {
+			out = append(out, oneKeyStats(l, covered))
 		}
-		ks := mitigate.KeyStats{
-			Key:       l.Key.Key,
-			ReadRate:  l.ReadRate,
-			WriteRate: l.WriteRate,
-			Counter:   l.Key.Flags&detector.FlagCounter != 0,
-			Hot:       true,
-			SDKShare:  sdkShare(l.Key.Flags),
-		}
-		if covered > 0 {
-			ks.BytesRate = float64(l.Key.Bytes) / covered.Seconds()
-		}
-		out = append(out, ks)
 	}
 	return out
+}
+
+// oneKeyStats is what the rules read of one evaluated key.
+func oneKeyStats(l detector.Level, covered time.Duration) mitigate.KeyStats {
+	ks := mitigate.KeyStats{
+		Key:       l.Key.Key,
+		ReadRate:  l.ReadRate,
+		WriteRate: l.WriteRate,
+		Counter:   l.Key.Flags&detector.FlagCounter != 0,
+		Hot:       l.Hot,
+		SDKShare:  sdkShare(l.Key.Flags),
+	}
+	if covered > 0 {
+		ks.BytesRate = float64(l.Key.Bytes) / covered.Seconds()
+	}
+	return ks
 }
 
 // sdkShare estimates the share of a key's traffic from plan-following clients from where

@@ -1,0 +1,233 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/mitigate"
+	"github.com/hotkeyd/hotkeyd/registry"
+)
+
+// maxEventBytes bounds a registry event document.
+const maxEventBytes = 64 << 10
+
+// events holds the agent's view of the registry: the store, the index built from it, and
+// the tracker of prediction against reality. Only the evaluation loop writes index and
+// version; handlers read index through the atomic pointer in Agent.
+type events struct {
+	store     registry.Store
+	tracker   *registry.Tracker
+	version   uint64    // store version the index was built from
+	checked   time.Time // last time the store version was read
+	lastError string    // last index error logged, to log each once
+}
+
+// refreshIndex rebuilds the index when the store changed, reading its version at most
+// once a second (a Redis store costs a round trip).
+func (a *Agent) refreshIndex(now time.Time) {
+	ev := &a.events
+	if now.Sub(ev.checked) < time.Second && a.index.Load() != nil {
+		return
+	}
+	ev.checked = now
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	v, err := ev.store.Version(ctx)
+	if err != nil {
+		a.log.Warn("registry: reading the version", "err", err)
+		return
+	}
+	if v == ev.version && a.index.Load() != nil {
+		return
+	}
+	list, err := ev.store.List(ctx)
+	if err == nil {
+		var x *registry.Index
+		if x, err = registry.NewIndex(list, registry.IndexOptions{CoolDown: a.coolDown()}); err == nil {
+			a.index.Store(x)
+			ev.version = v
+			a.log.Info("registry loaded", "events", x.Len(), "version", v)
+			return
+		}
+	}
+	if err.Error() != ev.lastError {
+		a.log.Error("registry: keeping the previous events", "err", err)
+		ev.lastError = err.Error()
+	}
+}
+
+func (a *Agent) coolDown() time.Duration {
+	if a.opts.Planner.CoolDown > 0 {
+		return a.opts.Planner.CoolDown
+	}
+	return mitigate.DefaultCoolDown
+}
+
+// predict adds what the registry knows to the key stats: the events predicting each
+// ranked key (hot or not: a key under a prefix or glob is armed once it shows up in
+// traffic), their expected rates when higher than observed, and the exact keys of armed
+// events that have no traffic yet. It returns the stats and, per key, its events.
+func (a *Agent) predict(now time.Time, levels []detector.Level, covered time.Duration) ([]mitigate.KeyStats, map[string][]string) {
+	x := a.index.Load()
+	stats := keyStats(levels, covered)
+	if x == nil || x.Len() == 0 {
+		return stats, nil
+	}
+	by := make(map[string][]string)
+	have := make(map[string]int, len(stats))
+	for i, s := range stats {
+		have[s.Key] = i
+	}
+	apply := func(ks *mitigate.KeyStats, p registry.Prediction) {
+		ks.PredictedBy = p.Events
+		ks.ReadRate = max(ks.ReadRate, p.ExpectedReadRate)
+		ks.WriteRate = max(ks.WriteRate, p.ExpectedWriteRate)
+		ks.Counter = ks.Counter || p.Counter
+		by[ks.Key] = p.Events
+	}
+	for _, l := range levels {
+		p, ok := x.Predict(l.Key.Key, now)
+		if !ok {
+			continue
+		}
+		i, seen := have[l.Key.Key]
+		if !seen {
+			stats = append(stats, oneKeyStats(l, covered))
+			i = len(stats) - 1
+			have[l.Key.Key] = i
+		}
+		apply(&stats[i], p)
+	}
+	for _, p := range x.Predicted(now) {
+		if _, seen := have[p.Key]; seen {
+			continue
+		}
+		stats = append(stats, mitigate.KeyStats{Key: p.Key})
+		have[p.Key] = len(stats) - 1
+		apply(&stats[len(stats)-1], p)
+	}
+	return stats, by
+}
+
+// observe feeds the evaluated keys to the registry tracker and returns the number of new
+// surprises: keys that turned hot with no armed event predicting them.
+func (a *Agent) observe(now time.Time, levels []detector.Level) int {
+	x := a.index.Load()
+	if x == nil {
+		x, _ = registry.NewIndex(nil, registry.IndexOptions{})
+	}
+	obs := make([]registry.Observation, len(levels))
+	for i, l := range levels {
+		obs[i] = registry.Observation{Key: l.Key.Key, ReadRate: l.ReadRate, WriteRate: l.WriteRate, Hot: l.Hot}
+	}
+	return a.events.tracker.Observe(now, x, obs)
+}
+
+// eventReply is an event with its report, for GET /v1/registry/{id}.
+type eventReply struct {
+	registry.Event
+	Report *registry.Report `json:"report,omitempty"`
+}
+
+// registryAPI answers /v1/registry and /v1/registry/{id}.
+func (a *Agent) registryAPI(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	switch {
+	case id == "" && r.Method == http.MethodGet:
+		list, err := a.events.store.List(ctx)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, "registry: "+err.Error())
+			return
+		}
+		if list == nil {
+			list = []registry.Event{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"events": list})
+	case id == "" && r.Method == http.MethodPost:
+		e, ok := a.decodeEvent(w, r)
+		if !ok {
+			return
+		}
+		stored, err := a.events.store.Create(ctx, e)
+		if err != nil {
+			writeRegistryError(w, err)
+			return
+		}
+		a.log.Info("registry: event created", "id", stored.ID, "name", stored.Name, "patterns", stored.Patterns)
+		writeJSON(w, http.StatusCreated, stored)
+	case id != "" && r.Method == http.MethodGet:
+		e, err := a.events.store.Get(ctx, id)
+		if err != nil {
+			writeRegistryError(w, err)
+			return
+		}
+		reply := eventReply{Event: e}
+		if rep, ok := a.events.tracker.Report(id, a.now()); ok {
+			reply.Report = &rep
+		}
+		writeJSON(w, http.StatusOK, reply)
+	case id != "" && r.Method == http.MethodPut:
+		e, ok := a.decodeEvent(w, r)
+		if !ok {
+			return
+		}
+		if e.ID != "" && e.ID != id {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("id: %q in the body differs from %q in the path; leave it out or make them equal", e.ID, id))
+			return
+		}
+		e.ID = id
+		stored, created, err := a.events.store.Put(ctx, e)
+		if err != nil {
+			writeRegistryError(w, err)
+			return
+		}
+		code := http.StatusOK
+		if created {
+			code = http.StatusCreated
+		}
+		a.log.Info("registry: event stored", "id", stored.ID, "created", created)
+		writeJSON(w, code, stored)
+	case id != "" && r.Method == http.MethodDelete:
+		if err := a.events.store.Delete(ctx, id); err != nil {
+			writeRegistryError(w, err)
+			return
+		}
+		a.log.Info("registry: event deleted", "id", id)
+		writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
+	default:
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed here; use GET or POST /v1/registry, GET, PUT or DELETE /v1/registry/{id}", r.Method))
+	}
+}
+
+func (a *Agent) decodeEvent(w http.ResponseWriter, r *http.Request) (registry.Event, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxEventBytes))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: over %d bytes; an event is a small JSON document", maxEventBytes))
+		return registry.Event{}, false
+	}
+	e, err := registry.DecodeEvent(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return registry.Event{}, false
+	}
+	return e, true
+}
+
+func writeRegistryError(w http.ResponseWriter, err error) {
+	code := http.StatusServiceUnavailable
+	switch {
+	case errors.Is(err, registry.ErrInvalid):
+		code = http.StatusBadRequest
+	case errors.Is(err, registry.ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, registry.ErrExists), errors.Is(err, registry.ErrReadOnly):
+		code = http.StatusConflict
+	}
+	writeError(w, code, err.Error())
+}
