@@ -19,6 +19,7 @@ type Config struct {
 	Hot      Hot      `yaml:"hot"`
 	Metrics  Metrics  `yaml:"metrics"`
 	Mitigate Mitigate `yaml:"mitigate"`
+	Registry Registry `yaml:"registry"`
 	Log      Log      `yaml:"log"`
 }
 
@@ -183,6 +184,14 @@ type Mitigate struct {
 	CopyRefresh time.Duration `yaml:"copy_refresh"`
 }
 
+// Registry configures where predicted hot-key events are kept.
+type Registry struct {
+	// File is the JSON document holding the events, written atomically. With redis.addrs
+	// the events live in Redis instead (shared by the fleet) and File, if it exists,
+	// seeds them. Default "hotkeyd-registry.json"; empty keeps events in memory only.
+	File string `yaml:"file"`
+}
+
 // Modes sets the mode of each kind of mitigation.
 type Modes struct {
 	L1             string `yaml:"l1"`
@@ -230,6 +239,7 @@ func Default() Config {
 			CoolTicks: 10,
 		},
 		Log: Log{Level: "info", Format: "text"},
+		Registry: Registry{File: "hotkeyd-registry.json"},
 		Mitigate: Mitigate{
 			Modes:         Modes{L1: "enforce", Copies: "observe", ShardedCounter: "observe", BatchedCounter: "enforce"},
 			L1TTL:         time.Second,

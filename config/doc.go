@@ -76,6 +76,7 @@
 //	mitigate.cool_down             60s             1s..24h: how long a key must stay cool before it ends
 //	mitigate.lease                 60s             2s..1h: how long a plan entry lives at a client that lost the agent
 //	mitigate.copy_refresh          1s              10ms..1m: how often copies of a split key are rewritten from the original
+//	registry.file                  hotkeyd-registry.json  predicted events (atomic JSON file); with redis.addrs it seeds the Redis store; empty: memory only
 //	log.level                      info            debug, info, warn, error (--log-level)
 //	log.format                     text            text, json
 //

@@ -3,6 +3,7 @@
 //	hotkeyd serve [--config FILE] [flags]   run the agent
 //	hotkeyd demo                            the whole story on one machine, no set-up
 //	hotkeyd top [--addr URL]                live terminal view of the hot keys
+//	hotkeyd registry list|show|add|rm       predicted hot-key events
 //	hotkeyd version                         print the version
 //
 // This package reads flags, the environment (through config) and signals; everything else
@@ -28,6 +29,7 @@ Usage:
   hotkeyd serve [--config FILE] [flags]   run the agent (see hotkeyd serve --help)
   hotkeyd demo [--duration 15s]           the whole story on one machine, no set-up
   hotkeyd top [--addr URL]                live terminal view of the hot keys
+  hotkeyd registry list|show|add|rm       predicted hot-key events (see hotkeyd registry)
   hotkeyd version                         print the version
 `
 
@@ -60,6 +62,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return demo(ctx, rest, stdout, stderr)
 	case "top":
 		return top(ctx, rest, stdin, stdout, stderr)
+	case "registry":
+		return registryCmd(ctx, rest, stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hotkeyd", versionString())
 		return nil
@@ -68,7 +72,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q: use serve, demo, top or version", cmd)
+		return fmt.Errorf("unknown command %q: use serve, demo, top, registry or version", cmd)
 	}
 }
 

@@ -109,6 +109,7 @@ func TestServeStopsOnSIGTERM(t *testing.T) {
 	}
 	cmd := exec.Command(bin, "serve", "--http-listen", "127.0.0.1:0", "--udp-listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "HOTKEYD_LOG_FORMAT=text")
+	cmd.Dir = t.TempDir() // the registry file goes there
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -152,5 +153,45 @@ func TestServeStopsOnSIGTERM(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + addr + "/readyz"); err == nil {
 		t.Error("still listening after exit")
+	}
+}
+
+// TestRegistryCLI drives hotkeyd registry add, list, show and rm against a real agent.
+func TestRegistryCLI(t *testing.T) {
+	a, err := agent.New(agent.Options{HTTPListen: "127.0.0.1:0", AuthToken: "tk", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	addr := "http://" + a.HTTPAddr().String()
+
+	_, _, err = runCmd(t, ctx, "registry", "add", "--addr", addr, "--id", "final", "--pattern", "score:match42",
+		"--start", "2026-12-01T19:30:00+01:00", "--end", "2026-12-01T21:30:00+01:00", "--lead", "10m")
+	if err == nil || !strings.Contains(err.Error(), "authorization") {
+		t.Errorf("add without a token: %v; want an authorization error", err)
+	}
+	out, _, err := runCmd(t, ctx, "registry", "add", "--addr", addr, "--token", "tk", "--id", "final", "--pattern", "score:match42",
+		"--start", "2026-12-01T19:30:00+01:00", "--end", "2026-12-01T21:30:00+01:00", "--lead", "10m", "--expected-read-rate", "200000")
+	if err != nil || !strings.Contains(out, "registered final") {
+		t.Fatalf("add: %q, %v", out, err)
+	}
+	if _, _, err := runCmd(t, ctx, "registry", "add", "--addr", addr, "--token", "tk", "--id", "bad", "--pattern", "k",
+		"--start", "2026-12-01T19:30:00Z", "--end", "2026-12-01T18:00:00Z"); err == nil || !strings.Contains(err.Error(), "end") {
+		t.Errorf("add with end before start: %v; want an error naming end", err)
+	}
+	if out, _, err := runCmd(t, ctx, "registry", "list", "--addr", addr); err != nil || !strings.Contains(out, "final") || !strings.Contains(out, "200.0k") {
+		t.Errorf("list: %q, %v", out, err)
+	}
+	if out, _, err := runCmd(t, ctx, "registry", "show", "--addr", addr, "final"); err != nil || !strings.Contains(out, `"score:match42"`) {
+		t.Errorf("show: %q, %v", out, err)
+	}
+	if out, _, err := runCmd(t, ctx, "registry", "rm", "--addr", addr, "--token", "tk", "final"); err != nil || !strings.Contains(out, "deleted final") {
+		t.Errorf("rm: %q, %v", out, err)
+	}
+	if _, _, err := runCmd(t, ctx, "registry", "show", "--addr", addr, "final"); err == nil || !strings.Contains(err.Error(), "no such event") {
+		t.Errorf("show after rm: %v; want not found", err)
 	}
 }

@@ -42,6 +42,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if opts.Events, err = eventStore(ctx, cfg, log); err != nil {
+		return err
+	}
 	a, err := agent.New(opts)
 	if err != nil {
 		return err

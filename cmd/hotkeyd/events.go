@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/config"
+	"github.com/hotkeyd/hotkeyd/registry"
+	"github.com/redis/go-redis/v9"
+)
+
+// eventStore opens the registry's store: Redis when addresses are configured and it
+// answers (seeded from the file, if any), else the file, else memory.
+func eventStore(ctx context.Context, cfg config.Config, log *slog.Logger) (registry.Store, error) {
+	var file registry.Store
+	if cfg.Registry.File != "" {
+		f, err := registry.OpenFile(cfg.Registry.File, registry.FileOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("registry.file: %w", err)
+		}
+		file = f
+	}
+	if len(cfg.Redis.Addrs) > 0 {
+		rdb, err := redisClient(ctx, cfg.Redis.Addrs)
+		if err == nil {
+			var rs *registry.RedisStore
+			if rs, err = registry.NewRedis(rdb, registry.RedisOptions{}); err == nil {
+				if file != nil {
+					n, err := registry.Seed(ctx, rs, file)
+					if err != nil {
+						log.Warn("registry: seeding Redis from the file", "file", cfg.Registry.File, "err", err)
+					} else if n > 0 {
+						log.Info("registry: seeded Redis from the file", "file", cfg.Registry.File, "events", n)
+					}
+				}
+				return rs, nil
+			}
+		}
+		log.Warn("registry: Redis unreachable at start; keeping events in the file (or memory) of this agent only", "err", err)
+	}
+	if file != nil {
+		return file, nil
+	}
+	return registry.NewMemory(registry.MemoryOptions{}), nil
+}
+
+// redisClient returns a cluster client when the first reachable address is a cluster
+// node, else a plain client.
+func redisClient(ctx context.Context, addrs []string) (redis.UniversalClient, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var last error
+	for _, addr := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		info, err := c.ClusterInfo(ctx).Result()
+		c.Close()
+		switch {
+		case err == nil && strings.Contains(info, "cluster_state:"):
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), nil
+		case err != nil && strings.Contains(err.Error(), "cluster support disabled"):
+			return redis.NewClient(&redis.Options{Addr: addr}), nil
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("no Redis at %v answered: %w", addrs, last)
+}
