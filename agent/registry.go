@@ -70,8 +70,9 @@ func (a *Agent) coolDown() time.Duration {
 
 // predict adds what the registry knows to the key stats: the events predicting each
 // ranked key (hot or not: a key under a prefix or glob is armed once it shows up in
-// traffic), their expected rates when higher than observed, and the exact keys of armed
-// events that have no traffic yet. It returns the stats and, per key, its events.
+// traffic) with their expected rates when higher than observed, and the exact keys of
+// armed events that have no traffic yet, with no rates (the rules arm those with what
+// needs no sizing: L1, batching). It returns the stats and, per key, its events.
 func (a *Agent) predict(now time.Time, levels []detector.Level, covered time.Duration) ([]mitigate.KeyStats, map[string][]string) {
 	x := a.index.Load()
 	stats := keyStats(levels, covered)
@@ -83,10 +84,12 @@ func (a *Agent) predict(now time.Time, levels []detector.Level, covered time.Dur
 	for i, s := range stats {
 		have[s.Key] = i
 	}
-	apply := func(ks *mitigate.KeyStats, p registry.Prediction) {
+	apply := func(ks *mitigate.KeyStats, p registry.Prediction, seen bool) {
 		ks.PredictedBy = p.Events
-		ks.ReadRate = max(ks.ReadRate, p.ExpectedReadRate)
-		ks.WriteRate = max(ks.WriteRate, p.ExpectedWriteRate)
+		if seen {
+			ks.ReadRate = max(ks.ReadRate, p.ExpectedReadRate)
+			ks.WriteRate = max(ks.WriteRate, p.ExpectedWriteRate)
+		}
 		ks.Counter = ks.Counter || p.Counter
 		by[ks.Key] = p.Events
 	}
@@ -101,7 +104,7 @@ func (a *Agent) predict(now time.Time, levels []detector.Level, covered time.Dur
 			i = len(stats) - 1
 			have[l.Key.Key] = i
 		}
-		apply(&stats[i], p)
+		apply(&stats[i], p, true)
 	}
 	for _, p := range x.Predicted(now) {
 		if _, seen := have[p.Key]; seen {
@@ -109,7 +112,7 @@ func (a *Agent) predict(now time.Time, levels []detector.Level, covered time.Dur
 		}
 		stats = append(stats, mitigate.KeyStats{Key: p.Key})
 		have[p.Key] = len(stats) - 1
-		apply(&stats[len(stats)-1], p)
+		apply(&stats[len(stats)-1], p, false)
 	}
 	return stats, by
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,9 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// The agent outlives the traffic by a little, so that the report can be read.
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
 	ctx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
 
@@ -72,8 +76,12 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { _ = a.Run(ctx) })
+	defer func() {
+		cancel()
+		stopAgent()
+		wg.Wait()
+	}()
+	wg.Go(func() { _ = a.Run(agentCtx) })
 	base := "http://" + a.HTTPAddr().String()
 
 	fmt.Fprintf(stdout, "hotkeyd demo: agent at %s, samples over UDP at %s\n", base, a.UDPAddr())
@@ -88,6 +96,11 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout)
 
 	start := time.Now()
+	if err := registerFlashSale(ctx, base, start.Add(*spikeAt), flashRate); err != nil {
+		return fmt.Errorf("registering the flash sale: %w", err)
+	}
+	fmt.Fprintf(stdout, "registry: event %q predicts %s at t=%v with a lead of %v: its mitigation is armed before the spike\n\n",
+		demoEventID, demoFlashKey, *spikeAt, demoLead)
 	wg.Go(func() {
 		if err := generate(ctx, a.UDPAddr().String(), start, *spikeAt, flashRate); err != nil {
 			fmt.Fprintln(stderr, "demo traffic:", err)
@@ -96,7 +109,63 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if proxy != nil {
 		wg.Go(func() { driveRedis(ctx, proxy.Addr().String(), start, *spikeAt) })
 	}
-	return watch(ctx, stdout, base, start, *spikeAt)
+	if err := watch(ctx, stdout, base, start, *spikeAt); err != nil {
+		return err
+	}
+	return printReport(stdout, base)
+}
+
+// The demo's registered event.
+const (
+	demoEventID = "flash-sale"
+	demoLead    = 2 * time.Second
+)
+
+// registerFlashSale registers the flash sale through the API, as an operator would.
+func registerFlashSale(ctx context.Context, base string, at time.Time, rate float64) error {
+	body, err := json.Marshal(map[string]any{
+		"id": demoEventID, "name": "noon flash sale", "patterns": []string{demoFlashKey},
+		"start": at.Format(time.RFC3339Nano), "end": at.Add(time.Hour).Format(time.RFC3339Nano),
+		"lead": demoLead.String(), "expected_read_rate": rate, "mitigations": []string{"auto"},
+		"owner": "shop team", "note": "registered by hotkeyd demo",
+	})
+	if err != nil {
+		return err
+	}
+	c := &apiClient{http: &http.Client{Timeout: 2 * time.Second}}
+	return c.do(ctx, http.MethodPost, base+"/v1/registry", body, nil)
+}
+
+// printReport prints the registry's prediction-against-reality report of the event.
+func printReport(w io.Writer, base string) error {
+	var reply struct {
+		Report *struct {
+			ExpectedReadRate     float64  `json:"expected_read_rate"`
+			ObservedPeakReadRate float64  `json:"observed_peak_read_rate"`
+			ReadRatio            *float64 `json:"read_ratio"`
+			HotKeysTotal         int      `json:"hot_keys_total"`
+			FirstHotAfterStart   *string  `json:"first_hot_after_start"`
+		} `json:"report"`
+	}
+	c := &apiClient{http: &http.Client{Timeout: 2 * time.Second}}
+	if err := c.do(context.Background(), http.MethodGet, base+"/v1/registry/"+demoEventID, nil, &reply); err != nil {
+		return err
+	}
+	r := reply.Report
+	if r == nil {
+		return errors.New("the registry has no report for the demo's event")
+	}
+	first := "-"
+	if r.FirstHotAfterStart != nil {
+		first = *r.FirstHotAfterStart
+	}
+	ratio := 0.0
+	if r.ReadRatio != nil {
+		ratio = *r.ReadRatio
+	}
+	fmt.Fprintf(w, "\nregistry report for %q: expected %s reads/s, observed peak %s reads/s (%.2f×); %d hot key(s), the first %s after the start\n",
+		demoEventID, human(r.ExpectedReadRate), human(r.ObservedPeakReadRate), ratio, r.HotKeysTotal, first)
+	return nil
 }
 
 // generate sends the demo's app traffic as report datagrams: the Zipf background, and the

@@ -92,8 +92,11 @@ func TestDemo(t *testing.T) {
 	if !strings.Contains(out, "sale:sku:4711 flagged HOT") {
 		t.Errorf("demo output lacks the flagging of the flash key:\n%s", out)
 	}
-	if !strings.Contains(out, "sale:sku:4711 → l1 (enforce)") {
-		t.Errorf("demo output lacks the plan's L1 entry for the flash key:\n%s", out)
+	if !strings.Contains(out, "sale:sku:4711 → l1 (enforce): predicted by flash-sale") {
+		t.Errorf("demo output lacks the plan's L1 entry armed by the registry for the flash key:\n%s", out)
+	}
+	if !strings.Contains(out, `registry report for "flash-sale"`) {
+		t.Errorf("demo output lacks the registry report:\n%s", out)
 	}
 	if !strings.Contains(out, "redis: real redis-server") {
 		t.Errorf("demo did not drive real Redis through the proxy (redis-server is installed by scripts/test.sh):\n%s", out)
