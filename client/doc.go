@@ -1,19 +1,82 @@
-// Package client is the Go SDK that applications embed to work with hotkeyd. Its first
-// part, the Reporter, samples the app's Redis commands through a go-redis v9 hook and
-// sends the samples to the hotkeyd agent in UDP datagrams (the report protocol of package
-// sampler, docs/protocol.md):
+// Package client is the Go SDK that applications embed to work with hotkeyd: it reports
+// the app's Redis traffic to the agent and follows the agent's plan (docs/plan.md) for
+// the hot keys it names. Three lines add both to a go-redis v9 client (*redis.Client or
+// *redis.ClusterClient):
 //
-//	r, err := client.NewReporter(client.ReporterOptions{Source: "checkout", SampleEvery: 100})
-//	rdb.AddHook(r.Hook())
-//	defer r.Close()
+//	c, err := client.Attach(rdb, client.Options{Agent: "http://127.0.0.1:9736", Source: "checkout"})
+//	if err != nil { … }
+//	defer c.Close()
 //
-// The hook works with *redis.Client and *redis.ClusterClient, single commands and
-// pipelines. It never slows the command path down or fails it: one command in
-// SampleEvery is chosen with a lock-free random draw, a chosen command becomes one sample
-// per key (MGET a b c gives three) and goes into a bounded buffer without waiting; when
-// the buffer is full, or the agent is away, samples are dropped and counted (Stats).
-// A background goroutine packs samples into datagrams of at most 1,400 bytes and sends
-// them when a datagram is full or every 100 ms.
+// # Reporting
 //
-// A Reporter and its hook are safe for concurrent use.
+// The Reporter samples one command in SampleEvery through a go-redis hook and sends the
+// samples to the agent in UDP datagrams (the report protocol of package sampler,
+// docs/protocol.md). It never slows the command path down or fails it: the draw is
+// lock-free, samples go into a bounded buffer without waiting and are dropped (and
+// counted) when it is full or the agent is away. A Reporter can be used alone
+// (NewReporter, rdb.AddHook(r.Hook())); Attach makes one that marks its reports as
+// coming from a client that follows the plan.
+//
+// # Following the plan
+//
+// A background goroutine long-polls GET /v1/plan?after=V&wait=30s, decodes each new plan
+// with mitigate.DecodePlan and publishes it in an atomic pointer that the command path
+// reads without a lock. Only entries in mode "enforce" are applied, each for its lease
+// (Expires − Generated, counted from when the plan arrived on the client's clock). Fail
+// open: when the agent is unreachable, slow or answers garbage, the client keeps its plan
+// until the leases run out (30–60s with the agent's defaults), then behaves as plain
+// Redis; it retries with a backoff of 1s doubling to 30s. No command ever waits for the
+// agent.
+//
+// L1 (entries of kind l1): a GET of the key is answered from an in-process cache, for
+// the entry's TTL, without calling Redis. A miss loads the key once per process however
+// many callers miss together (single-flight); a failed load is shared by its waiters and
+// not cached. XFetch (Vattani, Chierichetti, Lowenstein, VLDB 2015) refreshes a value
+// early, in the background, with probability exp(−t/(δβ)) per read at time t before it
+// expires (δ: how long its last load took). Departure from the paper: the draw is made
+// only in the last tenth of the TTL, since at a million reads/s every read being a trial
+// would refresh a slowly loaded key right after each load. After the
+// TTL (soft expiry) the stale value is served while one background refresh runs, also
+// when refreshes fail (stale-if-error), but never after the hard TTL (HardFactor × TTL,
+// default 2×). TTLs are jittered by ±10 %. A write of the key through this client (any
+// write per sampler.LookupCommand, or any unknown command naming it) drops the local
+// value at once, and a load in progress for it is not cached. Staleness bound: a GET
+// through this client never returns a value older than the hard TTL; it returns a value
+// written by another process at most TTL × 1.1 (jitter) + one load after the write
+// while Redis answers, at most the hard TTL while it does not.
+// Only GET is cached (not MGET, HGET, nor pipelines); every other command of an L1 key
+// goes to Redis.
+//
+// Copies (entries of kind copies): a read of one key (GET, HGET, LRANGE, …) goes to a
+// random copy; a copy that fails or answers nil (the agent may not have written it yet)
+// is read again on the original. A single-key write (SET family, DEL, EXPIRE, INCR,
+// HSET, …) goes to the original; once it succeeds the copies are set to the original's
+// value, type and TTL (DUMP and RESTORE, or DEL when the original is gone), so they
+// converge on the original whatever the command was. The app sees the original's result;
+// errors on copies are counted (Stats, metrics) and logged. Writes of one key through one
+// client are ordered by a striped lock held from the original's write to the copies'
+// update, so: a read through any client that starts after a write through this client
+// has returned sees that write or a later one. Writes to the same key from several
+// processes at once can leave the copies with the older of two values until the next
+// write through an SDK or the agent's refresh of the copies; writes by clients without
+// the SDK reach the copies only by that refresh. A write the client cannot mirror safely
+// — a multi-key write touching a split key (MSET, DEL a b, RENAME, …), MULTI/EXEC,
+// scripts (EVAL, FCALL), blocking pops, unknown commands naming the key — goes to the
+// original only, and this client reads the key from the original until the next plan
+// version (at most the agent's renewal period, 30s by default). So does a write whose
+// outcome is unknown (timeout) or whose copying failed. In a plain pipeline, reads go to
+// the original and single-key writes are mirrored after the pipeline.
+//
+// Counters (entries of kinds sharded_counter and batched_counter) are not applied by the
+// hook: they change what INCR returns, so they need an explicit API.
+//
+// # Cache-aside
+//
+// Client.Get, and a Cache made with NewCache, give app code the same protection for any
+// key: single-flight, XFetch, stale-while-revalidate and stale-if-error, jittered TTLs,
+// and a bulkhead (MaxLoads) that caps the loads running at once in the process, so a cold
+// start cannot stampede the database.
+//
+// A Client, a Cache, a Reporter and their hooks are safe for concurrent use. Close stops
+// every goroutine they started.
 package client

@@ -32,7 +32,7 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	r := h.r
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if r.pick() {
+		if r.pick() && !isInternal(ctx) {
 			r.record(cmd)
 		}
 		return err
@@ -44,6 +44,9 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 	r := h.r
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
+		if isInternal(ctx) {
+			return err
+		}
 		for _, cmd := range cmds {
 			if r.pick() {
 				r.record(cmd)

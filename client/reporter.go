@@ -42,6 +42,11 @@ type ReporterOptions struct {
 	// must be safe for concurrent use. Default: math/rand/v2's Uint64, which keeps its
 	// state per thread and takes no lock.
 	Rand func() uint64
+	// FollowsPlan marks the reports as coming from a client that applies hotkeyd's plan
+	// (sampler.Batch.FollowsPlan), so the agent counts this traffic as reachable by L1
+	// and batched counters. Set it when the Reporter's client also follows the plan, as
+	// Attach does; default false.
+	FollowsPlan bool
 }
 
 // Defaults of ReporterOptions.
@@ -84,6 +89,7 @@ type Reporter struct {
 
 	// Used by the sender goroutine only.
 	source      string
+	follows     bool
 	rate        float64
 	token       []byte
 	maxDatagram int
@@ -172,6 +178,7 @@ func newReporter(opts ReporterOptions) (*Reporter, error) {
 		rand:        opts.Rand,
 		queue:       make(chan pending, opts.Buffer),
 		source:      opts.Source,
+		follows:     opts.FollowsPlan,
 		rate:        rate,
 		token:       token,
 		maxDatagram: opts.MaxDatagram,
@@ -271,7 +278,7 @@ type datagramWriter struct {
 }
 
 func (w *datagramWriter) reset() {
-	w.batch = sampler.Batch{Source: w.r.source, Rate: w.r.rate, Samples: w.batch.Samples[:0]}
+	w.batch = sampler.Batch{Source: w.r.source, Rate: w.r.rate, FollowsPlan: w.r.follows, Samples: w.batch.Samples[:0]}
 	w.arena, w.ends, w.size = w.arena[:0], w.ends[:0], w.header
 }
 

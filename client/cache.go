@@ -1,0 +1,587 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// CacheOptions configures a Cache: the L1 that Attach keeps for the plan's keys, or one
+// made with NewCache for app code. The zero value works: up to 100,000 entries and
+// 64 MiB, a 1s TTL for Get (the hook uses the plan's TTL), a hard TTL of twice the TTL,
+// ±10 % jitter, early refresh with β = 1, 2s load timeout, at most 64 concurrent loads.
+type CacheOptions struct {
+	// MaxEntries bounds the number of cached values; default 100,000. Allowed: 0 (the
+	// default) or 16 to 16,777,216.
+	MaxEntries int
+	// MaxBytes bounds the cached keys and values plus 96 bytes of bookkeeping per entry;
+	// default 64 MiB. A value larger than MaxBytes/16 is returned but not cached.
+	// Allowed: 0 (the default) or 64 KiB to 64 GiB.
+	MaxBytes int64
+	// TTL is how long Get keeps a value fresh (the soft TTL); default 1s. The hook's L1
+	// uses the TTL of each key's plan entry instead. Allowed: 0 (the default) or 1ms to 1h.
+	TTL time.Duration
+	// HardFactor sets the hard TTL to HardFactor × TTL: between the soft and the hard TTL
+	// a stale value is served while one background refresh runs (and while refreshes fail:
+	// stale-if-error); past it, never. Default 2. Allowed: 0 (the default) or 1 to 100.
+	HardFactor float64
+	// Jitter spreads each value's TTLs by a random fraction in ±Jitter, so values loaded
+	// together do not expire together; default 0.1. A negative value turns it off.
+	// Allowed: up to 0.5.
+	Jitter float64
+	// Beta is XFetch's β: larger refreshes earlier. Default 1; a negative value turns
+	// early refresh off. Allowed: up to 100.
+	Beta float64
+	// LoadTimeout bounds each load; default 2s. Allowed: 0 (the default) or 1ms to 1m.
+	LoadTimeout time.Duration
+	// MaxLoads caps the loads running at once in the process (a bulkhead): a cold start
+	// cannot send more than this many requests to the backend. Callers over the cap wait
+	// for a slot (as long as their context allows) or get the stale value they are
+	// refreshing. Default 64. Allowed: 0 (the default) to 65,536.
+	MaxLoads int
+	// Now is the clock; default time.Now. Its readings must carry a monotonic part, or
+	// never go backwards.
+	Now func() time.Time
+	// Rand returns uniformly distributed numbers for jitter and early refresh; it must be
+	// safe for concurrent use. Default: math/rand/v2's Uint64. Tests pass a seeded one.
+	Rand func() uint64
+}
+
+// Defaults of CacheOptions.
+const (
+	DefaultMaxEntries  = 100_000
+	DefaultMaxBytes    = 64 << 20
+	DefaultTTL         = time.Second
+	DefaultHardFactor  = 2
+	DefaultJitter      = 0.1
+	DefaultBeta        = 1
+	DefaultLoadTimeout = 2 * time.Second
+	DefaultMaxLoads    = 64
+)
+
+// CacheStats counts what a Cache did since it was made.
+type CacheStats struct {
+	// Hits are reads answered with a fresh value, Stale those answered with a value past
+	// its soft TTL (within its hard TTL), Misses those that had to wait for a load.
+	Hits, Stale, Misses uint64
+	// Loads are calls of the load function (reads of Redis, for the L1); Shared are
+	// misses that waited for another caller's load instead of loading themselves.
+	Loads, Shared uint64
+	// LoadErrors are loads that failed (the error went to every waiter; nothing cached).
+	LoadErrors uint64
+	// Refreshes are background refreshes started, after the soft TTL or early;
+	// EarlyRefreshes those that XFetch started before the soft TTL.
+	Refreshes, EarlyRefreshes uint64
+	// Evictions are entries dropped to stay within MaxEntries and MaxBytes;
+	// Invalidations entries dropped because the key was written or Invalidate was called.
+	Evictions, Invalidations uint64
+	// BulkheadWaits are loads that had to wait for a slot under MaxLoads.
+	BulkheadWaits uint64
+	// Entries and Bytes are the cache's current size.
+	Entries, Bytes int64
+}
+
+// Cache is a bounded in-process cache with stampede protection: one load per key at a
+// time (single-flight), probabilistic early refresh (XFetch), soft and hard expiry with
+// stale-while-revalidate and stale-if-error, jittered TTLs, and a cap on concurrent loads.
+// It is safe for concurrent use. Close waits for background refreshes.
+type Cache struct {
+	shards      [cacheShards]shard
+	maxEntries  int   // per shard
+	maxBytes    int64 // per shard
+	ttl         time.Duration
+	hardFactor  float64
+	jitter      float64
+	beta        float64
+	loadTimeout time.Duration
+	sem         chan struct{} // bulkhead: one token per running load
+	now         func() time.Time
+	rand        func() uint64
+	epoch       time.Time
+
+	base   context.Context // cancelled by Close: ends loads
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // load goroutines
+	closed atomic.Bool
+
+	size       atomic.Int64 // entries across shards, read by the hook's fast path
+	hits       atomic.Uint64
+	stale      atomic.Uint64
+	misses     atomic.Uint64
+	loads      atomic.Uint64
+	shared     atomic.Uint64
+	loadErrors atomic.Uint64
+	refreshes  atomic.Uint64
+	early      atomic.Uint64
+	evictions  atomic.Uint64
+	invals     atomic.Uint64
+	semWaits   atomic.Uint64
+}
+
+// cacheShards is the number of shards, a power of two.
+const cacheShards = 16
+
+// entryOverhead is what an entry costs beyond its key and value, for MaxBytes.
+const entryOverhead = 96
+
+type shard struct {
+	mu    sync.RWMutex      // guards m, ring, hand and bytes
+	m     map[string]*entry // the cached keys
+	ring  []*entry          // CLOCK order for eviction; entry.idx is its position
+	hand  int
+	bytes int64
+	gen   atomic.Uint64 // bumped (under mu) by every invalidation in the shard
+
+	fmu     sync.Mutex         // guards flights
+	flights map[string]*flight // loads in progress, by key
+	_       [40]byte           // keep neighbouring shards' locks off one cache line
+}
+
+type entry struct {
+	key        string
+	val        atomic.Pointer[value]
+	ref        atomic.Bool // CLOCK's reference bit, set by reads
+	refreshing atomic.Bool // a background refresh is running
+	idx        int         // position in shard.ring; guarded by shard.mu
+	size       int64       // guarded by shard.mu
+}
+
+// value is one loaded value and its lifetime, in durations since the cache's epoch.
+type value struct {
+	data   string
+	absent bool          // the key did not exist (redis.Nil): cached like a value
+	soft   time.Duration // fresh until here
+	hard   time.Duration // served stale until here, never after
+	delta  time.Duration // how long the load took (XFetch's δ)
+	early  time.Duration // XFetch runs only within this much of soft: a tenth of the TTL
+}
+
+// flight is a load in progress that callers of the same key wait for.
+type flight struct {
+	done chan struct{} // closed when val and err are set
+	val  *value
+	err  error
+}
+
+// NewCache validates opts and returns an empty cache.
+func NewCache(opts CacheOptions) (*Cache, error) {
+	return newCache(opts, nil)
+}
+
+// newCache is NewCache with a bulkhead shared with another cache (nil: its own).
+func newCache(o CacheOptions, sem chan struct{}) (*Cache, error) {
+	switch {
+	case o.MaxEntries != 0 && (o.MaxEntries < 16 || o.MaxEntries > 1<<24):
+		return nil, fmt.Errorf("client: Cache.MaxEntries %d: must be 0 (%d) or 16 to 16777216", o.MaxEntries, DefaultMaxEntries)
+	case o.MaxBytes != 0 && (o.MaxBytes < 64<<10 || o.MaxBytes > 64<<30):
+		return nil, fmt.Errorf("client: Cache.MaxBytes %d: must be 0 (64 MiB) or 64 KiB to 64 GiB", o.MaxBytes)
+	case o.TTL != 0 && (o.TTL < time.Millisecond || o.TTL > time.Hour):
+		return nil, fmt.Errorf("client: Cache.TTL %v: must be 0 (1s) or 1ms to 1h", o.TTL)
+	case o.HardFactor != 0 && !(o.HardFactor >= 1 && o.HardFactor <= 100):
+		return nil, fmt.Errorf("client: Cache.HardFactor %v: must be 0 (2) or 1 to 100", o.HardFactor)
+	case o.Jitter > 0.5 || math.IsNaN(o.Jitter):
+		return nil, fmt.Errorf("client: Cache.Jitter %v: must be at most 0.5 (0 means 0.1, negative none)", o.Jitter)
+	case o.Beta > 100 || math.IsNaN(o.Beta):
+		return nil, fmt.Errorf("client: Cache.Beta %v: must be at most 100 (0 means 1, negative turns early refresh off)", o.Beta)
+	case o.LoadTimeout != 0 && (o.LoadTimeout < time.Millisecond || o.LoadTimeout > time.Minute):
+		return nil, fmt.Errorf("client: Cache.LoadTimeout %v: must be 0 (2s) or 1ms to 1m", o.LoadTimeout)
+	case o.MaxLoads < 0 || o.MaxLoads > 65536:
+		return nil, fmt.Errorf("client: Cache.MaxLoads %d: must be 0 (64) to 65536", o.MaxLoads)
+	}
+	c := &Cache{
+		maxEntries:  (cmp0(o.MaxEntries, DefaultMaxEntries) + cacheShards - 1) / cacheShards,
+		maxBytes:    cmp0(o.MaxBytes, DefaultMaxBytes) / cacheShards,
+		ttl:         cmp0(o.TTL, DefaultTTL),
+		hardFactor:  cmp0(o.HardFactor, DefaultHardFactor),
+		jitter:      cmp0(o.Jitter, DefaultJitter),
+		beta:        cmp0(o.Beta, DefaultBeta),
+		loadTimeout: cmp0(o.LoadTimeout, DefaultLoadTimeout),
+		sem:         sem,
+		now:         o.Now,
+		rand:        o.Rand,
+	}
+	if c.sem == nil {
+		c.sem = make(chan struct{}, cmp0(o.MaxLoads, DefaultMaxLoads))
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.rand == nil {
+		c.rand = rand.Uint64
+	}
+	c.epoch = c.now()
+	c.base, c.cancel = context.WithCancel(context.Background())
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]*entry)
+		c.shards[i].flights = make(map[string]*flight)
+	}
+	return c, nil
+}
+
+// cmp0 returns v, or def when v is the zero value.
+func cmp0[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Get returns the value cached for key, or calls load to get it, with the Cache's TTL.
+// Concurrent misses of one key share one call of load (its error too: errors are not
+// cached, the next Get retries). A value past its soft TTL is returned while one
+// background refresh runs; one past its hard TTL never is. load runs with a context that
+// carries ctx's values but not its cancellation, bounded by LoadTimeout, so that one
+// caller giving up does not fail the others; Get itself returns when ctx ends. A load
+// that returns redis.Nil is cached as an absent value and Get returns redis.Nil. The
+// returned slice is the caller's own copy.
+func (c *Cache) Get(ctx context.Context, key string, load func(context.Context) ([]byte, error)) ([]byte, error) {
+	v, err := c.get(ctx, key, c.ttl, func(ctx context.Context) (string, bool, error) {
+		b, err := load(ctx)
+		if errors.Is(err, redis.Nil) {
+			return "", true, nil
+		}
+		return string(b), false, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if v.absent {
+		return nil, redis.Nil
+	}
+	return []byte(v.data), nil
+}
+
+// Invalidate drops key's value at once; a load in progress for it is not cached, and the
+// next Get loads again.
+func (c *Cache) Invalidate(key string) { c.invalidate(key) }
+
+// Stats returns the cache's counts so far.
+func (c *Cache) Stats() CacheStats {
+	var bytes int64
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.RLock()
+		bytes += s.bytes
+		s.mu.RUnlock()
+	}
+	return CacheStats{
+		Hits: c.hits.Load(), Stale: c.stale.Load(), Misses: c.misses.Load(),
+		Loads: c.loads.Load(), Shared: c.shared.Load(), LoadErrors: c.loadErrors.Load(),
+		Refreshes: c.refreshes.Load(), EarlyRefreshes: c.early.Load(),
+		Evictions: c.evictions.Load(), Invalidations: c.invals.Load(),
+		BulkheadWaits: c.semWaits.Load(),
+		Entries:       c.size.Load(), Bytes: bytes,
+	}
+}
+
+// Close ends loads in progress (their callers get an error) and waits for them. Get
+// still works after Close, without caching and without background refreshes.
+func (c *Cache) Close() error {
+	c.closed.Store(true)
+	c.cancel()
+	c.wg.Wait()
+	return nil
+}
+
+// loader loads a key's value: its data, or absent when the key does not exist.
+type loader func(ctx context.Context) (data string, absent bool, err error)
+
+func (c *Cache) shardOf(key string) *shard {
+	return &c.shards[xxhash.Sum64String(key)&(cacheShards-1)]
+}
+
+// since is the cache's clock: time since its epoch.
+func (c *Cache) since() time.Duration { return c.now().Sub(c.epoch) }
+
+// uniform returns a number in (0, 1].
+func (c *Cache) uniform() float64 {
+	return (float64(c.rand()>>11) + 1) / (1 << 53)
+}
+
+// xfetch is XFetch's test (Vattani, Chierichetti, Lowenstein: "Optimal Probabilistic
+// Cache Stampede Prevention", VLDB 2015): refresh when now − δ·β·ln(u) ≥ expiry, with u
+// uniform in (0, 1]. At time-to-expiry t it fires with probability exp(−t/(δβ)).
+func xfetch(now, expiry, delta time.Duration, beta, u float64) bool {
+	return float64(now)-float64(delta)*beta*math.Log(u) >= float64(expiry)
+}
+
+// lookup states: what a read found.
+const (
+	found      = iota // a fresh value
+	foundEarly        // a fresh value, and XFetch asks for an early refresh
+	foundStale        // a value past its soft TTL, within its hard TTL: refresh it
+	notFound          // nothing usable: load
+)
+
+// lookup finds key's value at time now (c.now()) and says what to do about it; it never
+// loads. The hook calls it first so that a hit costs no closure.
+func (c *Cache) lookup(key string, at time.Time) (*shard, *entry, *value, int) {
+	s := c.shardOf(key)
+	s.mu.RLock()
+	e := s.m[key]
+	s.mu.RUnlock()
+	if e == nil {
+		return s, nil, nil, notFound
+	}
+	v := e.val.Load()
+	if v == nil {
+		return s, e, nil, notFound
+	}
+	now := at.Sub(c.epoch)
+	switch {
+	case now < v.soft:
+		if !e.ref.Load() {
+			e.ref.Store(true)
+		}
+		// XFetch treats every read as a trial, so at a million reads/s a key would be
+		// refreshed about δ·ln(rate·δ) early — with a slow load, right after each load.
+		// Departing from the paper, the draw is made only in the last tenth of the TTL,
+		// which bounds the cost at one extra load per key per TTL/0.9. And −ln(u) < 37
+		// for the u that uniform returns, so no draw can fire further than 37·δβ out.
+		if c.beta > 0 && v.soft-now < v.early && float64(v.soft-now) < 37*float64(v.delta)*c.beta &&
+			xfetch(now, v.soft, v.delta, c.beta, c.uniform()) {
+			return s, e, v, foundEarly
+		}
+		c.hits.Add(1)
+		return s, e, v, found
+	case now < v.hard:
+		return s, e, v, foundStale
+	}
+	return s, e, nil, notFound
+}
+
+// get is Get for a given TTL and loader; the hook's L1 uses it with the plan's TTL.
+func (c *Cache) get(ctx context.Context, key string, ttl time.Duration, load loader) (*value, error) {
+	s, e, v, state := c.lookup(key, c.now())
+	return c.resolve(ctx, s, e, v, state, key, ttl, load)
+}
+
+// resolve acts on what lookup found: a fresh value is returned, an early or stale one is
+// returned while a background refresh starts, and a miss waits for a (shared) load.
+func (c *Cache) resolve(ctx context.Context, s *shard, e *entry, v *value, state int, key string, ttl time.Duration, load loader) (*value, error) {
+	switch state {
+	case found:
+		return v, nil
+	case foundEarly:
+		c.hits.Add(1)
+		c.refresh(ctx, s, e, ttl, load, true)
+		return v, nil
+	case foundStale:
+		c.stale.Add(1)
+		c.refresh(ctx, s, e, ttl, load, false)
+		return v, nil
+	}
+	c.misses.Add(1)
+	f, leader := c.join(ctx, s, key, ttl, load)
+	if !leader {
+		c.shared.Add(1)
+	}
+	select {
+	case <-f.done:
+		return f.val, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// refresh starts one background load of e's key, unless one is running; readers keep
+// getting the value they have meanwhile (and after a failed refresh, until its hard TTL).
+func (c *Cache) refresh(ctx context.Context, s *shard, e *entry, ttl time.Duration, load loader, early bool) {
+	if c.closed.Load() || !e.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	c.refreshes.Add(1)
+	if early {
+		c.early.Add(1)
+	}
+	f, _ := c.join(ctx, s, e.key, ttl, load)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		<-f.done
+		e.refreshing.Store(false)
+	}()
+}
+
+// join returns the key's load in progress, or starts one; leader reports whether this
+// call started it.
+func (c *Cache) join(ctx context.Context, s *shard, key string, ttl time.Duration, load loader) (f *flight, leader bool) {
+	s.fmu.Lock()
+	if f := s.flights[key]; f != nil {
+		s.fmu.Unlock()
+		return f, false
+	}
+	f = &flight{done: make(chan struct{})}
+	s.flights[key] = f
+	gen := s.gen.Load() // an invalidation after this point keeps the result out
+	s.fmu.Unlock()
+
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.loadTimeout)
+	stop := context.AfterFunc(c.base, cancel) // Close ends the load
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer cancel()
+		defer stop()
+		f.val, f.err = c.load(lctx, s, key, gen, ttl, load)
+		s.fmu.Lock()
+		if s.flights[key] == f { // not forgotten by an invalidation
+			delete(s.flights, key)
+		}
+		s.fmu.Unlock()
+		close(f.done)
+	}()
+	return f, true
+}
+
+// load runs load within the bulkhead and caches its value unless the key was invalidated
+// since gen.
+func (c *Cache) load(ctx context.Context, s *shard, key string, gen uint64, ttl time.Duration, load loader) (*value, error) {
+	select {
+	case c.sem <- struct{}{}:
+	default:
+		c.semWaits.Add(1)
+		select {
+		case c.sem <- struct{}{}:
+		case <-ctx.Done():
+			c.loadErrors.Add(1)
+			return nil, fmt.Errorf("client: waiting for a load slot (MaxLoads %d): %w", cap(c.sem), ctx.Err())
+		}
+	}
+	c.loads.Add(1)
+	start := c.since()
+	data, absent, err := load(ctx)
+	end := c.since()
+	<-c.sem
+	if err != nil {
+		c.loadErrors.Add(1)
+		return nil, err
+	}
+	// The TTLs count from the start of the load, so a value is never older than them.
+	d := float64(ttl)
+	if c.jitter > 0 {
+		d *= 1 + c.jitter*(2*c.uniform()-1)
+	}
+	v := &value{data: data, absent: absent, delta: max(end-start, 0), early: time.Duration(d / 10),
+		soft: start + time.Duration(d), hard: start + time.Duration(d*c.hardFactor)}
+	if !c.closed.Load() {
+		c.store(s, key, gen, v)
+	}
+	return v, nil
+}
+
+// store caches v for key unless the shard saw an invalidation since gen, then evicts
+// entries until the shard is within its bounds.
+func (c *Cache) store(s *shard, key string, gen uint64, v *value) {
+	size := int64(len(key)+len(v.data)) + entryOverhead
+	if size > c.maxBytes {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen.Load() != gen {
+		return
+	}
+	if e := s.m[key]; e != nil {
+		s.bytes += size - e.size
+		e.size = size
+		e.val.Store(v)
+	} else {
+		e := &entry{key: key, size: size, idx: len(s.ring)}
+		e.val.Store(v)
+		s.m[key] = e
+		s.ring = append(s.ring, e)
+		s.bytes += size
+		c.size.Add(1)
+	}
+	for len(s.ring) > c.maxEntries || s.bytes > c.maxBytes {
+		c.evictOne(s)
+	}
+}
+
+// evictOne removes one entry with CLOCK (second chance): the hand clears reference bits
+// until it finds an entry not read since its last pass. s.mu must be held.
+func (c *Cache) evictOne(s *shard) {
+	for range 2*len(s.ring) + 1 {
+		if s.hand >= len(s.ring) {
+			s.hand = 0
+		}
+		e := s.ring[s.hand]
+		if e.ref.Load() {
+			e.ref.Store(false)
+			s.hand++
+			continue
+		}
+		c.remove(s, e)
+		c.evictions.Add(1)
+		return
+	}
+}
+
+// remove takes e out of its shard. s.mu must be held.
+func (c *Cache) remove(s *shard, e *entry) {
+	last := len(s.ring) - 1
+	s.ring[e.idx] = s.ring[last]
+	s.ring[e.idx].idx = e.idx
+	s.ring[last] = nil
+	s.ring = s.ring[:last]
+	delete(s.m, e.key)
+	s.bytes -= e.size
+	c.size.Add(-1)
+}
+
+// invalidate drops key's value and forgets its load in progress, whose result is then
+// not cached; callers already waiting for it still get it (their read began before the
+// invalidation finished).
+func (c *Cache) invalidate(key string) {
+	s := c.shardOf(key)
+	s.mu.RLock()
+	e := s.m[key]
+	s.mu.RUnlock()
+	s.fmu.Lock()
+	f := s.flights[key]
+	if f != nil {
+		delete(s.flights, key)
+	}
+	s.fmu.Unlock()
+	if e == nil && f == nil {
+		return
+	}
+	s.mu.Lock()
+	s.gen.Add(1)
+	if e := s.m[key]; e != nil {
+		c.remove(s, e)
+		c.invals.Add(1)
+	}
+	s.mu.Unlock()
+}
+
+// retain drops every entry whose key keep rejects.
+func (c *Cache) retain(keep func(key string) bool) {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		var drop []*entry
+		for _, e := range s.ring {
+			if !keep(e.key) {
+				drop = append(drop, e)
+			}
+		}
+		if len(drop) > 0 {
+			s.gen.Add(1) // loads in progress for these keys are not cached either
+		}
+		for _, e := range drop {
+			c.remove(s, e)
+		}
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,299 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/mitigate"
+)
+
+// Options configures Attach. The zero value works: it follows the plan of an agent on
+// http://127.0.0.1:9736, reports one command in 100 to its UDP port under the program's
+// name, and keeps an L1 with the defaults of CacheOptions.
+type Options struct {
+	// Agent is the base URL of the hotkeyd agent's HTTP API, where the plan is fetched;
+	// default "http://127.0.0.1:9736". Samples go to the same host and port over UDP.
+	Agent string
+	// Source names this app in the agent's metrics; default: the program's file name.
+	// See ReporterOptions.Source.
+	Source string
+	// SampleEvery makes the hook report one command in N; default 100. See
+	// ReporterOptions.SampleEvery.
+	SampleEvery int
+	// Token is sent in every report, for an agent that requires one; default none.
+	Token string
+	// NoReports turns the reporting hook off: the client follows the plan but sends no
+	// samples. Default false (reports on).
+	NoReports bool
+	// PlanWait is how long each long-poll asks the agent to wait for a new plan; default
+	// 30s. The HTTP timeout is PlanWait + 10s. Allowed: 0 (the default) or 1s to 60s.
+	PlanWait time.Duration
+	// Cache configures the L1 of the plan's keys and the cache of Get; both share its
+	// MaxLoads bulkhead. Defaults: see CacheOptions.
+	Cache CacheOptions
+	// Registry, when not nil, gets the client's metrics (hotkeyd_client_*); Close
+	// unregisters them. Default: none.
+	Registry *prometheus.Registry
+	// Logger gets a line when fetching the plan fails and when writing copies fails;
+	// default: none.
+	Logger *slog.Logger
+	// Now is the clock for leases and caches; default time.Now.
+	Now func() time.Time
+	// Rand returns uniformly distributed numbers: which copy a read goes to, TTL jitter,
+	// early refresh. It must be safe for concurrent use. Default: math/rand/v2's Uint64.
+	Rand func() uint64
+}
+
+// Defaults of Options.
+const (
+	DefaultAgentURL = "http://127.0.0.1:9736"
+	DefaultPlanWait = 30 * time.Second
+)
+
+// CopyStats counts what the client did for keys split into copies.
+type CopyStats struct {
+	// Reads are reads sent to a copy; Fallbacks those repeated on the original because
+	// the copy failed or did not exist.
+	Reads, Fallbacks uint64
+	// Mirrors are writes whose result was copied to the key's copies; MirrorErrors
+	// those whose copying failed (the app saw the original's result).
+	Mirrors, MirrorErrors uint64
+	// Unmirrored are writes the client could not mirror (multi-key writes, MULTI/EXEC,
+	// scripts, blocking pops, unknown commands): the key's reads went back to the
+	// original until the next plan.
+	Unmirrored uint64
+}
+
+// ClientStats is everything a Client counts.
+type ClientStats struct {
+	Plan PlanStats
+	// L1 is the cache of the plan's L1 keys; Aside the cache of Get.
+	L1, Aside CacheStats
+	Copies    CopyStats
+	// Reports are the reporting hook's counts (zero with NoReports).
+	Reports Stats
+}
+
+// Client follows hotkeyd's plan for one go-redis client. Make it with Attach and Close it
+// when done. It is safe for concurrent use.
+type Client struct {
+	rdb      redis.UniversalClient
+	reporter *Reporter // nil with NoReports
+	follower *follower
+	l1       *Cache // the plan's L1 keys, filled by the hook
+	aside    *Cache // Get's keys
+	now      func() time.Time
+	rand     func() uint64
+	log      *slog.Logger
+	timeout  time.Duration // for mirroring writes to copies
+	reg      *prometheus.Registry
+	metrics  prometheus.Collector
+
+	// stripes order the writes of a split key and the copying of their result within
+	// the process, so the copies end with the value the original ends with.
+	stripes [64]struct {
+		mu sync.Mutex // guards the copies of the keys that hash to this stripe
+		_  [56]byte
+	}
+
+	copyReads, copyFallbacks, mirrors, mirrorErrors, unmirrored atomic.Uint64
+
+	first     chan struct{} // closed when the first plan arrives
+	firstOnce sync.Once
+	closed    atomic.Bool
+	cancel    context.CancelFunc
+	done      chan struct{} // closed when the follower has returned
+	transport *http.Transport
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Attach makes rdb follow hotkeyd's plan and report its traffic: it adds the reporting
+// hook and the plan hook to rdb (a *redis.Client or *redis.ClusterClient) and starts
+// following the agent's plan in the background. It fails only on invalid options; an
+// agent that is away is not an error (rdb behaves as plain Redis until a plan comes).
+//
+// go-redis cannot remove hooks: after Close they stay installed and pass every command
+// through unchanged.
+func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("client: Attach: rdb is nil; pass a *redis.Client or *redis.ClusterClient")
+	}
+	agent := opts.Agent
+	if agent == "" {
+		agent = DefaultAgentURL
+	}
+	u, err := url.Parse(agent)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: Agent %q: want an http:// or https:// URL such as %s", opts.Agent, DefaultAgentURL)
+	}
+	if opts.PlanWait != 0 && (opts.PlanWait < time.Second || opts.PlanWait > time.Minute) {
+		return nil, fmt.Errorf("client: PlanWait %v: must be 0 (30s) or 1s to 1m", opts.PlanWait)
+	}
+	wait := cmp0(opts.PlanWait, DefaultPlanWait)
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Uint64
+	}
+	opts.Cache.Now, opts.Cache.Rand = opts.Now, opts.Rand
+	l1, err := newCache(opts.Cache, nil)
+	if err != nil {
+		return nil, err
+	}
+	aside, _ := newCache(opts.Cache, l1.sem) // same options, already checked
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Client{
+		rdb: rdb, l1: l1, aside: aside, now: opts.Now, rand: opts.Rand, log: log,
+		timeout: l1.loadTimeout, reg: opts.Registry,
+		first: make(chan struct{}), done: make(chan struct{}),
+	}
+	if !opts.NoReports {
+		port := u.Port()
+		if port == "" {
+			port = "9736"
+		}
+		c.reporter, err = NewReporter(ReporterOptions{Agent: net.JoinHostPort(u.Hostname(), port),
+			Source: opts.Source, SampleEvery: opts.SampleEvery, Token: opts.Token,
+			Rand: opts.Rand, FollowsPlan: true})
+		if err != nil {
+			l1.Close()
+			aside.Close()
+			return nil, err
+		}
+	}
+	c.transport = &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConns: 2, IdleConnTimeout: 90 * time.Second,
+		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}
+	c.follower = &follower{
+		url:  u.JoinPath("/v1/plan").String(),
+		wait: wait, now: opts.Now, log: log, min: backoffMin, max: backoffMax,
+		http:   &http.Client{Transport: c.transport, Timeout: wait + 10*time.Second},
+		onPlan: c.onPlan,
+	}
+	if c.reg != nil {
+		c.metrics = newCollector(c)
+		if err := c.reg.Register(c.metrics); err != nil {
+			c.reporterClose()
+			l1.Close()
+			aside.Close()
+			return nil, fmt.Errorf("client: Registry: %w", err)
+		}
+	}
+	if c.reporter != nil {
+		rdb.AddHook(c.reporter.Hook()) // outermost: it sees each command as the app sent it
+	}
+	rdb.AddHook(planHook{c})
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	go func() {
+		defer close(c.done)
+		c.follower.run(ctx)
+	}()
+	return c, nil
+}
+
+func (c *Client) reporterClose() {
+	if c.reporter != nil {
+		c.reporter.Close()
+	}
+}
+
+// onPlan runs in the follower's goroutine for each new plan: it drops L1 values of keys
+// the plan no longer caches.
+func (c *Client) onPlan(ix *planIndex) {
+	c.firstOnce.Do(func() { close(c.first) })
+	c.l1.retain(func(key string) bool {
+		k := ix.keys[key]
+		return k != nil && k.l1TTL > 0
+	})
+}
+
+// WaitPlan waits until the client holds a plan from the agent, or ctx ends. Commands
+// never wait for the plan; an app may call it at start-up so that its first requests
+// already follow the plan.
+func (c *Client) WaitPlan(ctx context.Context) error {
+	select {
+	case <-c.first:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("client: no plan from the agent yet: %w", ctx.Err())
+	}
+}
+
+// Plan returns the plan the client holds (its leases may have run out), and false when
+// it has none yet.
+func (c *Client) Plan() (mitigate.Plan, bool) {
+	if ix := c.follower.cur.Load(); ix != nil {
+		return ix.plan, true
+	}
+	return mitigate.Plan{}, false
+}
+
+// Get is the cache-aside helper for app code: it returns key's value from the client's
+// cache, or calls load to get it, with the stampede protection of Cache.Get (one load
+// per key at a time, early refresh, stale-while-revalidate and stale-if-error within the
+// hard TTL, the MaxLoads bulkhead) and CacheOptions.TTL. Its keys are the app's own
+// names, separate from the L1 of the plan's Redis keys: writes through rdb do not
+// invalidate them; call Invalidate.
+func (c *Client) Get(ctx context.Context, key string, load func(context.Context) ([]byte, error)) ([]byte, error) {
+	return c.aside.Get(ctx, key, load)
+}
+
+// Invalidate drops key's value from Get's cache.
+func (c *Client) Invalidate(key string) { c.aside.Invalidate(key) }
+
+// Stats returns the client's counts so far.
+func (c *Client) Stats() ClientStats {
+	st := ClientStats{
+		Plan: c.follower.stats(), L1: c.l1.Stats(), Aside: c.aside.Stats(),
+		Copies: CopyStats{Reads: c.copyReads.Load(), Fallbacks: c.copyFallbacks.Load(),
+			Mirrors: c.mirrors.Load(), MirrorErrors: c.mirrorErrors.Load(), Unmirrored: c.unmirrored.Load()},
+	}
+	if c.reporter != nil {
+		st.Reports = c.reporter.Stats()
+	}
+	return st
+}
+
+// Close stops following the plan, ends loads in progress, sends the pending samples and
+// unregisters the metrics. The hooks stay installed and pass commands straight through.
+// Close returns nil when called again.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		c.cancel()
+		<-c.done
+		c.transport.CloseIdleConnections()
+		c.l1.Close()
+		c.aside.Close()
+		if c.reporter != nil {
+			c.closeErr = c.reporter.Close()
+		}
+		if c.reg != nil {
+			c.reg.Unregister(c.metrics)
+		}
+	})
+	return c.closeErr
+}
+
+// pick returns a number in [0, n) from c.rand (Lemire's multiply-shift).
+func (c *Client) pick(n int) int {
+	hi, _ := bits.Mul64(c.rand(), uint64(n))
+	return int(hi)
+}

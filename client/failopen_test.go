@@ -1,0 +1,197 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+)
+
+// closedTCP returns a loopback address where nothing listens.
+func closedTCP(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// plainWorks runs app commands through rdb and checks they behave as plain Redis, each
+// answered well within the agent's timeouts.
+func plainWorks(t *testing.T, rdb redis.UniversalClient, addr string, key string) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range 20 {
+		start := time.Now()
+		if err := rdb.Set(ctx, key, i, 0).Err(); err != nil {
+			t.Fatalf("SET: %v", err)
+		}
+		before := redisGets(t, addr)
+		if v, err := rdb.Get(ctx, key).Result(); err != nil || v != fmt.Sprint(i) {
+			t.Fatalf("GET: %q, %v; want %d", v, err, i)
+		}
+		if got := redisGets(t, addr) - before; got != 1 {
+			t.Fatalf("GET cost %d Redis reads; want 1 (plain Redis)", got)
+		}
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Fatalf("a command took %v: it waited for the agent", d)
+		}
+	}
+}
+
+// TestFailOpenNoAgent: with nothing listening at the agent's address, Attach succeeds
+// and every command behaves as plain Redis; the follower counts its failures.
+func TestFailOpenNoAgent(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	c, err := Attach(rdb, Options{Agent: "http://" + closedTCP(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	plainWorks(t, rdb, srv.Addr(), "fo:none")
+	waitFor(t, func() bool { return c.Stats().Plan.Errors > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := c.WaitPlan(ctx); err == nil {
+		t.Error("WaitPlan with no agent: nil; want an error when ctx ends")
+	}
+}
+
+// TestFailOpenAgentErrors: an agent answering 500s, or garbage, or a plan that does not
+// validate: the client keeps the plan it has and commands keep working.
+func TestFailOpenAgentErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+	}{
+		{"500", http.StatusInternalServerError, `{"error":"boom"}`},
+		{"garbage", http.StatusOK, `{"version": "not a number"`},
+		{"invalid plan", http.StatusOK, `{"version":9,"generated":"2026-03-01T20:00:00Z","primaries":1,"entries":[{"key":"k","kind":"teleport","mode":"enforce"}]}`},
+		{"trailing data", http.StatusOK, `{"version":9,"generated":"2026-03-01T20:00:00Z","primaries":1,"entries":[]} {}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "fo:" + strings.ReplaceAll(tc.name, " ", "-")
+			ps := startPlanServer(t)
+			ps.fail(tc.status, []byte(tc.body))
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer rdb.Close()
+			c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			waitFor(t, func() bool { return c.Stats().Plan.Errors > 0 })
+			plainWorks(t, rdb, srv.Addr(), key)
+			if st := c.Stats().Plan; st.Version != 0 {
+				t.Errorf("plan version %d; want none taken", st.Version)
+			}
+		})
+	}
+}
+
+// TestFailOpenKeepsPlan: a plan taken before the agent starts failing stays in force
+// until its lease runs out, then the key is plain Redis.
+func TestFailOpenKeepsPlan(t *testing.T) {
+	srv := redistest.Start(t)
+	ps := startPlanServer(t)
+	ps.publish(l1Entry("fo:kept", 10*time.Second, 400*time.Millisecond))
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.WaitPlan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	taken := time.Now()
+	ps.fail(http.StatusInternalServerError, nil)
+	ps.publish() // wake the long-poll: it now gets 500s
+	rdb.Set(ctx, "fo:kept", "v", 0)
+	before := redisGets(t, srv.Addr())
+	for range 10 {
+		rdb.Get(ctx, "fo:kept")
+	}
+	if got := redisGets(t, srv.Addr()) - before; got != 1 {
+		t.Fatalf("agent failing, lease running: %d Redis GETs for 10 reads; want 1 (plan kept)", got)
+	}
+	time.Sleep(time.Until(taken.Add(450 * time.Millisecond)))
+	if c.Stats().Plan.Errors == 0 {
+		t.Error("no fetch error counted")
+	}
+	plainWorks(t, rdb, srv.Addr(), "fo:kept")
+}
+
+// TestFollowerLongPoll: a new plan reaches the client within milliseconds of being
+// published, through the long-poll; unchanged answers (304) keep the plan.
+func TestFollowerLongPoll(t *testing.T) {
+	ps := startPlanServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: closedTCP(t)})
+	defer rdb.Close()
+	c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true, PlanWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitPlan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for v := uint64(2); v <= 4; v++ {
+		start := time.Now()
+		ps.publish(l1Entry(fmt.Sprint("k", v), time.Second, time.Minute))
+		waitVersion(t, c, v)
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Errorf("version %d arrived after %v; want within milliseconds", v, d)
+		}
+	}
+	time.Sleep(1200 * time.Millisecond) // one wait passes: a 304
+	st := c.Stats().Plan
+	if st.Version != 4 || st.Errors != 0 || st.Fetches < 5 || st.Updates != 4 {
+		t.Errorf("plan stats %+v; want version 4, ≥ 5 fetches (one a 304), 4 updates, no errors", st)
+	}
+	if p, ok := c.Plan(); !ok || p.Version != 4 || len(p.Entries) != 1 {
+		t.Errorf("Plan() = %+v, %v; want version 4 with one entry", p, ok)
+	}
+}
+
+func TestAttachErrors(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: closedTCP(t)})
+	defer rdb.Close()
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Agent: "127.0.0.1:9736"}, "Agent"},
+		{Options{Agent: "ftp://x"}, "Agent"},
+		{Options{PlanWait: time.Hour}, "PlanWait"},
+		{Options{Cache: CacheOptions{MaxEntries: 1}}, "MaxEntries"},
+		{Options{SampleEvery: -1}, "SampleEvery"},
+	} {
+		c, err := Attach(rdb, tc.opts)
+		if err == nil {
+			c.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Attach(%+v): %v; want an error naming %s", tc.opts, err, tc.want)
+		}
+	}
+	if _, err := Attach(nil, Options{}); err == nil {
+		t.Error("Attach(nil): nil error")
+	}
+}

@@ -1,0 +1,176 @@
+package client
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+	"github.com/hotkeyd/hotkeyd/mitigate"
+)
+
+// planServer stands in for the agent's GET /v1/plan, with its after/wait semantics: the
+// current plan at once without after or when its version differs, else a wait for a new
+// version, then 304. It is not a Redis fake: the tests' Redis is real.
+type planServer struct {
+	mu      sync.Mutex    // guards plan, changed, status and body
+	plan    mitigate.Plan // the current plan
+	changed chan struct{} // closed when plan changes
+	status  int           // when not 0, every request gets this status and body
+	body    []byte
+	srv     *httptest.Server
+}
+
+func startPlanServer(t testing.TB) *planServer {
+	t.Helper()
+	s := &planServer{changed: make(chan struct{}),
+		plan: mitigate.Plan{Version: 1, Generated: time.Now(), Primaries: 1}}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *planServer) URL() string { return s.srv.URL }
+
+func (s *planServer) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/plan" {
+		http.NotFound(w, r)
+		return
+	}
+	s.mu.Lock()
+	status, body, p, changed := s.status, s.body, s.plan, s.changed
+	s.mu.Unlock()
+	if status != 0 {
+		w.WriteHeader(status)
+		w.Write(body)
+		return
+	}
+	q := r.URL.Query()
+	if a := q.Get("after"); a != "" {
+		after, err := strconv.ParseUint(a, 10, 64)
+		if err != nil {
+			http.Error(w, "bad after", http.StatusBadRequest)
+			return
+		}
+		wait, _ := time.ParseDuration(q.Get("wait"))
+		if p.Version == after {
+			t := time.NewTimer(wait)
+			select {
+			case <-changed:
+			case <-t.C:
+			case <-r.Context().Done():
+			}
+			t.Stop()
+			s.mu.Lock()
+			p = s.plan
+			s.mu.Unlock()
+		}
+		if p.Version == after {
+			w.Header().Set("ETag", strconv.Quote(a))
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+	}
+	w.Header().Set("ETag", strconv.Quote(strconv.FormatUint(p.Version, 10)))
+	json.NewEncoder(w).Encode(p)
+}
+
+// publish makes entries the next plan version.
+func (s *planServer) publish(entries ...mitigate.Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.plan = mitigate.Plan{Version: s.plan.Version + 1, Generated: planNow, Primaries: 3, Entries: entries}
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// fail makes every request answer status with body until fail(0, nil).
+func (s *planServer) fail(status int, body []byte) {
+	s.mu.Lock()
+	s.status, s.body = status, body
+	s.mu.Unlock()
+}
+
+// planNow is the agent's clock in the test plans: leases are Expires − Generated, so its
+// value does not matter.
+var planNow = time.Date(2026, 3, 1, 20, 0, 0, 0, time.UTC)
+
+func l1Entry(key string, ttl, lease time.Duration) mitigate.Entry {
+	return mitigate.Entry{Key: key, Kind: mitigate.L1, Mode: mitigate.Enforce, Reason: "test",
+		Since: planNow.Add(-time.Second), Expires: planNow.Add(lease), TTL: mitigate.Duration(ttl)}
+}
+
+func copiesEntry(key string, names []string, lease time.Duration) mitigate.Entry {
+	e := mitigate.Entry{Key: key, Kind: mitigate.Copies, Mode: mitigate.Enforce, Reason: "test",
+		Since: planNow.Add(-time.Second), Expires: planNow.Add(lease)}
+	for _, n := range names {
+		e.Copies = append(e.Copies, mitigate.Node{Name: n, Slot: mitigate.Slot(n)})
+	}
+	return e
+}
+
+// seeded returns a Rand for Options that is deterministic and safe for concurrent use.
+func seeded(seed uint64) func() uint64 {
+	var mu sync.Mutex // guards r
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	return func() uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Uint64()
+	}
+}
+
+// fakeClock is a clock tests move by hand; it starts at a fixed instant.
+type fakeClock struct {
+	mu sync.Mutex // guards t
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+var cmdstatGet = regexp.MustCompile(`cmdstat_get:calls=(\d+)`)
+
+// redisGets returns how many GETs the servers at addrs have executed, summed.
+func redisGets(t testing.TB, addrs ...string) int {
+	t.Helper()
+	n := 0
+	for _, a := range addrs {
+		out, err := redistest.Command(a, "", "INFO", "commandstats")
+		if err != nil {
+			t.Fatalf("INFO commandstats on %s: %v", a, err)
+		}
+		if m := cmdstatGet.FindStringSubmatch(out); m != nil {
+			v, _ := strconv.Atoi(m[1])
+			n += v
+		}
+	}
+	return n
+}
+
+// redisGetsEach returns the GETs executed by each server at addrs.
+func redisGetsEach(t testing.TB, addrs ...string) []int {
+	t.Helper()
+	var out []int
+	for _, a := range addrs {
+		out = append(out, redisGets(t, a))
+	}
+	return out
+}

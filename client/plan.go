@@ -1,0 +1,269 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/mitigate"
+)
+
+// PlanStats says what the plan follower has done.
+type PlanStats struct {
+	// Version is the version of the plan held, 0 before the first one.
+	Version uint64
+	// Entries is the number of enforced entries in it whose lease has not run out.
+	Entries int
+	// Fetches counts answers from the agent (200 and 304), Updates the new plans taken.
+	Fetches, Updates uint64
+	// Errors counts failed fetches: agent unreachable, an HTTP error, an invalid plan.
+	Errors uint64
+}
+
+// Backoff between failed fetches: 1s doubling to 30s (docs/plan.md).
+const (
+	backoffMin = time.Second
+	backoffMax = 30 * time.Second
+)
+
+// maxPlanBytes bounds a plan's body.
+const maxPlanBytes = 16 << 20
+
+// planIndex is a plan as the command path reads it: the enforced entries by key, with
+// their leases on the client's clock. It is immutable once published, except for the
+// keyPlan.noCopies flags.
+type planIndex struct {
+	plan  mitigate.Plan
+	keys  map[string]*keyPlan
+	l1    bool // some key has an L1 entry
+	split bool // some key has copies
+}
+
+// keyPlan is what the plan asks of one key.
+type keyPlan struct {
+	l1TTL   time.Duration // 0: no L1
+	l1Until time.Time
+
+	copies      []string // names of the copies; nil: none
+	copiesUntil time.Time
+	// noCopies is set when this client wrote the key with a command it cannot mirror to
+	// the copies: its reads then go to the original until the next plan.
+	noCopies atomic.Bool
+
+	// Entries of the other kinds (sharded and batched counters), kept for the Counter
+	// API: see leased.
+	others []leasedEntry
+}
+
+// leasedEntry is an enforced entry and the end of its lease on the client's clock.
+type leasedEntry struct {
+	mitigate.Entry
+	until time.Time
+}
+
+// l1 returns the key's L1 TTL, 0 when it has none or its lease ran out.
+func (k *keyPlan) l1(now time.Time) time.Duration {
+	if k.l1TTL > 0 && now.Before(k.l1Until) {
+		return k.l1TTL
+	}
+	return 0
+}
+
+// readCopies returns the copies reads may go to, nil when none.
+func (k *keyPlan) readCopies(now time.Time) []string {
+	if k.copies != nil && now.Before(k.copiesUntil) && !k.noCopies.Load() {
+		return k.copies
+	}
+	return nil
+}
+
+// split reports whether writes of the key must reach its copies.
+func (k *keyPlan) split(now time.Time) bool {
+	return k.copies != nil && now.Before(k.copiesUntil)
+}
+
+// leased returns the key's enforced entry of a kind whose lease has not run out. The
+// Counter API reads sharded_counter and batched_counter entries through it.
+func (p *planIndex) leased(key string, kind mitigate.Kind, now time.Time) (mitigate.Entry, bool) {
+	if p == nil {
+		return mitigate.Entry{}, false
+	}
+	k := p.keys[key]
+	if k == nil {
+		return mitigate.Entry{}, false
+	}
+	for _, e := range k.others {
+		if e.Kind == kind && now.Before(e.until) {
+			return e.Entry, true
+		}
+	}
+	return mitigate.Entry{}, false
+}
+
+// newPlanIndex indexes p's enforced entries. Leases are Expires − Generated, counted from
+// received on the client's clock, so the agent's clock does not matter.
+func newPlanIndex(p mitigate.Plan, received time.Time) *planIndex {
+	ix := &planIndex{plan: p, keys: make(map[string]*keyPlan)}
+	for _, e := range p.Entries {
+		if e.Mode != mitigate.Enforce {
+			continue
+		}
+		until := received.Add(e.Expires.Sub(p.Generated))
+		k := ix.keys[e.Key]
+		if k == nil {
+			k = &keyPlan{}
+			ix.keys[e.Key] = k
+		}
+		switch e.Kind {
+		case mitigate.L1:
+			k.l1TTL, k.l1Until = time.Duration(e.TTL), until
+			ix.l1 = true
+		case mitigate.Copies:
+			k.copies, k.copiesUntil = make([]string, len(e.Copies)), until
+			for i, n := range e.Copies {
+				k.copies[i] = n.Name
+			}
+			ix.split = true
+		default:
+			k.others = append(k.others, leasedEntry{e, until})
+		}
+	}
+	return ix
+}
+
+// live counts the entries whose lease has not run out.
+func (p *planIndex) live(now time.Time) int {
+	n := 0
+	for _, k := range p.keys {
+		if k.l1(now) > 0 {
+			n++
+		}
+		if k.split(now) {
+			n++
+		}
+		for _, e := range k.others {
+			if now.Before(e.until) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// follower long-polls the agent for the plan and publishes each new one.
+type follower struct {
+	url      string // …/v1/plan
+	wait     time.Duration
+	http     *http.Client
+	now      func() time.Time
+	log      *slog.Logger
+	onPlan   func(*planIndex) // called in the follower's goroutine with each new plan
+	min, max time.Duration    // backoff
+
+	cur                      atomic.Pointer[planIndex]
+	fetches, updates, errors atomic.Uint64
+}
+
+// run follows the plan until ctx ends.
+func (f *follower) run(ctx context.Context) {
+	backoff := f.min
+	for ctx.Err() == nil {
+		start := time.Now()
+		changed, err := f.poll(ctx)
+		if err == nil {
+			backoff = f.min
+			// An agent that answers 304 without waiting must not be polled in a tight
+			// loop: at most one unchanged answer per backoffMin.
+			if d := f.min - time.Since(start); !changed && d > 0 {
+				if !sleep(ctx, d) {
+					return
+				}
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		f.errors.Add(1)
+		f.log.Warn("hotkeyd: fetching the plan failed; keeping the current one until its leases run out", "agent", f.url, "err", err, "retry_in", backoff)
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, f.max)
+	}
+}
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// poll asks for a plan newer than the one held (waiting for it) and takes it; changed
+// reports whether a new plan came.
+func (f *follower) poll(ctx context.Context) (changed bool, err error) {
+	u := f.url
+	cur := f.cur.Load()
+	if cur != nil {
+		u += "?after=" + strconv.FormatUint(cur.plan.Version, 10) + "&wait=" + url.QueryEscape(f.wait.String())
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := f.http.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPlanBytes+1))
+	if err != nil {
+		return false, fmt.Errorf("reading the plan: %w", err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotModified && cur != nil:
+		f.fetches.Add(1)
+		return false, nil
+	case resp.StatusCode != http.StatusOK:
+		return false, fmt.Errorf("GET %s: %s", u, resp.Status)
+	case len(body) > maxPlanBytes:
+		return false, fmt.Errorf("GET %s: plan over %d bytes", u, maxPlanBytes)
+	}
+	f.fetches.Add(1)
+	p, err := mitigate.DecodePlan(body)
+	if err != nil {
+		return false, err
+	}
+	if cur != nil && p.Version == cur.plan.Version {
+		return false, errors.New("the agent answered with the plan version it was asked to wait past")
+	}
+	ix := newPlanIndex(p, f.now())
+	f.cur.Store(ix)
+	f.updates.Add(1)
+	if f.onPlan != nil {
+		f.onPlan(ix)
+	}
+	return true, nil
+}
+
+func (f *follower) stats() PlanStats {
+	st := PlanStats{Fetches: f.fetches.Load(), Updates: f.updates.Load(), Errors: f.errors.Load()}
+	if ix := f.cur.Load(); ix != nil {
+		st.Version = ix.plan.Version
+		st.Entries = ix.live(f.now())
+	}
+	return st
+}

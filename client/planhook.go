@@ -1,0 +1,436 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/sampler"
+)
+
+// internalKey marks the contexts of the commands the client sends itself (copying a
+// write to the copies): the hooks pass them through and the reporter does not sample them.
+type internalKey struct{}
+
+func isInternal(ctx context.Context) bool { return ctx.Value(internalKey{}) != nil }
+
+// planHook applies the plan to each command: L1 for GET, reads from copies, writes to
+// the original and its copies.
+type planHook struct{ c *Client }
+
+// DialHook returns next.
+func (planHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook applies the plan to a single command. With no plan and an empty L1 it is
+// a pointer load and a comparison.
+func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	c := h.c
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		ix := c.follower.cur.Load()
+		if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 || c.closed.Load() || isInternal(ctx) {
+			return next(ctx, cmd)
+		}
+		return c.process(ctx, cmd, ix, next)
+	}
+}
+
+// ProcessPipelineHook applies the plan to pipelines and transactions: reads go to the
+// original and are not cached; writes invalidate L1; a single-key write to a split key is
+// copied to the copies after a plain pipeline, while in a transaction (MULTI/EXEC) it
+// turns the key's copy reads off until the next plan.
+func (h planHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	c := h.c
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		ix := c.follower.cur.Load()
+		if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 || c.closed.Load() || isInternal(ctx) {
+			return next(ctx, cmds)
+		}
+		tx := len(cmds) > 0 && cmds[0].Name() == "multi"
+		now := c.now()
+		type written struct {
+			key string
+			kp  *keyPlan
+			cmd redis.Cmder
+		}
+		var toCopy []written
+		var keys []string
+		for _, cmd := range cmds {
+			w := c.classify(cmd)
+			if !w.write {
+				continue
+			}
+			for _, key := range w.keys {
+				keys = append(keys, key)
+				kp := ix.lookup(key)
+				if kp == nil || !kp.split(now) {
+					continue
+				}
+				if tx || !w.mirrorable {
+					c.unmirrored.Add(1)
+					kp.noCopies.Store(true)
+					continue
+				}
+				toCopy = append(toCopy, written{key, kp, cmd})
+			}
+		}
+		c.invalidate(ix, keys)
+		err := next(ctx, cmds)
+		c.invalidate(ix, keys)
+		for _, w := range toCopy {
+			mu := c.stripe(w.key)
+			mu.Lock()
+			c.afterWrite(ctx, w.key, w.kp, w.cmd.Err())
+			mu.Unlock()
+		}
+		return err
+	}
+}
+
+// lookup returns the plan of key, nil when it has none.
+func (p *planIndex) lookup(key string) *keyPlan {
+	if p == nil {
+		return nil
+	}
+	return p.keys[key]
+}
+
+// write is what the client knows of a command that may change keys.
+type write struct {
+	write      bool     // the command writes, or is unknown and may
+	keys       []string // the keys it writes; for an unknown command, every argument
+	mirrorable bool     // a single-key write whose result can be copied to copies
+}
+
+// classify says whether cmd writes which keys, and whether its effect on a split key can
+// be copied. Reads and commands without keys are not writes.
+func (c *Client) classify(cmd redis.Cmder) write {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return write{}
+	}
+	name, _ := args[0].(string)
+	spec, known := sampler.LookupCommand([]byte(name))
+	if !known {
+		if noKeys(name) {
+			return write{}
+		}
+		// An unknown command (SORT … STORE, OBJECT, MIGRATE, a module's): any argument
+		// may be a key it writes.
+		w := write{write: true}
+		for _, a := range args[1:] {
+			w.keys = append(w.keys, argString(a))
+		}
+		return w
+	}
+	if spec.Op != sampler.OpWrite {
+		return write{}
+	}
+	first, last, step, ok := keyRange(spec, args)
+	if !ok {
+		return write{}
+	}
+	w := write{write: true}
+	for i := first; i <= last; i += step {
+		w.keys = append(w.keys, argString(args[i]))
+	}
+	w.mirrorable = len(w.keys) == 1 && spec.NumKeysAt == 0 && !blocking(name)
+	return w
+}
+
+// noKeys lists commands without keys that the command table leaves out and that are
+// common enough to be worth not scanning.
+func noKeys(name string) bool {
+	switch strings.ToLower(name) {
+	case "ping", "info", "auth", "select", "hello", "client", "cluster", "config",
+		"command", "echo", "time", "dbsize", "publish", "subscribe", "multi", "exec",
+		"discard", "unwatch", "script", "function", "readonly", "readwrite", "quit":
+		return true
+	}
+	return false
+}
+
+// blocking reports the blocking pops, which could hold a key's writes back for their
+// whole timeout: they are not mirrored.
+func blocking(name string) bool {
+	switch strings.ToLower(name) {
+	case "blpop", "brpop", "bzpopmin", "bzpopmax", "blmove", "brpoplpush", "blmpop", "bzmpop":
+		return true
+	}
+	return false
+}
+
+// keyRange is sampler.Command.KeyRange on go-redis arguments.
+func keyRange(c sampler.Command, args []any) (first, last, step int, ok bool) {
+	n := len(args)
+	if c.NumKeysAt > 0 {
+		if c.NumKeysAt >= n {
+			return 0, 0, 0, false
+		}
+		var k int
+		switch v := args[c.NumKeysAt].(type) {
+		case int:
+			k = v
+		case int64:
+			k = int(v)
+		default:
+			str := argString(v)
+			if str == "" || len(str) > 9 {
+				return 0, 0, 0, false
+			}
+			for _, ch := range str {
+				if ch < '0' || ch > '9' {
+					return 0, 0, 0, false
+				}
+				k = k*10 + int(ch-'0')
+			}
+		}
+		if k <= 0 || c.NumKeysAt+k >= n {
+			return 0, 0, 0, false
+		}
+		return c.NumKeysAt + 1, c.NumKeysAt + k, 1, true
+	}
+	first, last, step = c.First, c.Last, c.Step
+	if last < 0 {
+		last = n + last
+	}
+	if first <= 0 || first >= n || last < first || last >= n || step <= 0 {
+		return 0, 0, 0, false
+	}
+	return first, last, step, true
+}
+
+// argString returns an argument as Redis receives it.
+func argString(a any) string {
+	switch v := a.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return string(appendArg(nil, a))
+}
+
+// process applies the plan to one command.
+func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, next redis.ProcessHook) error {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return next(ctx, cmd)
+	}
+	name, _ := args[0].(string)
+	if spec, ok := sampler.LookupCommand([]byte(name)); ok && spec.Op == sampler.OpRead {
+		// A read of one key, its key at args[1]: GET, HGET, LRANGE, ZRANGE, …
+		if spec.First != 1 || spec.Last != 1 || spec.NumKeysAt != 0 {
+			return next(ctx, cmd)
+		}
+		key, ok := args[1].(string)
+		kp := ix.lookup(key)
+		if !ok || kp == nil {
+			return next(ctx, cmd)
+		}
+		now := c.now()
+		if ttl := kp.l1(now); ttl > 0 && strings.EqualFold(name, "get") {
+			switch cmd.(type) {
+			case *redis.StringCmd, *redis.Cmd:
+				return c.getL1(ctx, cmd, key, ttl, kp, now, next)
+			}
+		}
+		if names := kp.readCopies(now); names != nil {
+			return c.readCopy(ctx, cmd, names, next)
+		}
+		return next(ctx, cmd)
+	}
+	w := c.classify(cmd)
+	if !w.write {
+		return next(ctx, cmd)
+	}
+	now := c.now()
+	var split *keyPlan
+	nsplit := 0
+	for _, key := range w.keys {
+		if kp := ix.lookup(key); kp != nil && kp.split(now) {
+			split = kp
+			nsplit++
+		}
+	}
+	if nsplit == 0 {
+		c.invalidate(ix, w.keys)
+		err := next(ctx, cmd)
+		c.invalidate(ix, w.keys)
+		return err
+	}
+	if !w.mirrorable {
+		// Goes to the original only; this client reads those keys from the original
+		// until the next plan, and the agent's refresh brings the copies up to date.
+		c.invalidate(ix, w.keys)
+		err := next(ctx, cmd)
+		c.invalidate(ix, w.keys)
+		for _, key := range w.keys {
+			if kp := ix.lookup(key); kp != nil && kp.split(now) {
+				c.unmirrored.Add(1)
+				kp.noCopies.Store(true)
+			}
+		}
+		return err
+	}
+	key := w.keys[0]
+	mu := c.stripe(key)
+	mu.Lock()
+	defer mu.Unlock()
+	c.invalidate(ix, w.keys)
+	err := next(ctx, cmd)
+	c.invalidate(ix, w.keys)
+	c.afterWrite(ctx, key, split, err)
+	return err
+}
+
+// stripe returns the lock that orders the writes of key and the copying of their result.
+func (c *Client) stripe(key string) interface {
+	Lock()
+	Unlock()
+} {
+	return &c.stripes[xxhash.Sum64String(key)&uint64(len(c.stripes)-1)].mu
+}
+
+// invalidate drops the L1 values of keys being written, when the L1 may hold them.
+func (c *Client) invalidate(ix *planIndex, keys []string) {
+	if (ix == nil || !ix.l1) && c.l1.size.Load() == 0 {
+		return
+	}
+	for _, k := range keys {
+		c.l1.invalidate(k)
+	}
+}
+
+// getL1 answers a GET of an L1 key from the cache, loading it (single-flight, through
+// the copies when the key has some) on a miss.
+func (c *Client) getL1(ctx context.Context, cmd redis.Cmder, key string, ttl time.Duration, kp *keyPlan, now time.Time, next redis.ProcessHook) error {
+	s, e, v, state := c.l1.lookup(key, now)
+	if state != found {
+		var err error
+		v, err = c.l1.resolve(ctx, s, e, v, state, key, ttl, func(lctx context.Context) (string, bool, error) {
+			lc := redis.NewStringCmd(lctx, "get", key)
+			var err error
+			if names := kp.readCopies(c.now()); names != nil {
+				err = c.readCopy(lctx, lc, names, next)
+			} else {
+				err = next(lctx, lc)
+			}
+			if err == redis.Nil {
+				return "", true, nil
+			}
+			return lc.Val(), false, err
+		})
+		if err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+	}
+	if v.absent {
+		cmd.SetErr(redis.Nil)
+		return redis.Nil
+	}
+	switch cmd := cmd.(type) {
+	case *redis.StringCmd:
+		cmd.SetVal(v.data)
+	case *redis.Cmd:
+		cmd.SetVal(v.data)
+	}
+	return nil
+}
+
+// readCopy sends a one-key read to a random copy: it rewrites the key argument for the
+// call and puts it back. A read the copy fails (or answers nil: the agent may not have
+// written it yet) is repeated on the original.
+func (c *Client) readCopy(ctx context.Context, cmd redis.Cmder, names []string, next redis.ProcessHook) error {
+	args := cmd.Args()
+	orig := args[1]
+	args[1] = names[c.pick(len(names))]
+	err := next(ctx, cmd)
+	args[1] = orig
+	if err == nil {
+		c.copyReads.Add(1)
+		return nil
+	}
+	c.copyFallbacks.Add(1)
+	cmd.SetErr(nil)
+	return next(ctx, cmd)
+}
+
+// dumpOriginal reads a key's value and remaining time in one step (as mitigate's
+// executor does): {-2} when the key does not exist, else {pttl, payload}.
+var dumpOriginal = redis.NewScript(`
+local t = redis.call('PTTL', KEYS[1])
+if t == -2 then return {-2} end
+return {t, redis.call('DUMP', KEYS[1])}`)
+
+// afterWrite brings the copies of key up to date after a write of the original that
+// ended with err: they get the original's value, type and TTL (DUMP and RESTORE), or are
+// deleted when the original is gone. The caller holds the key's stripe, so copies end
+// as the original does. When the write's outcome is unknown (a timeout, a broken
+// connection) or copying fails, this client reads the key from the original until the
+// next plan.
+func (c *Client) afterWrite(ctx context.Context, key string, kp *keyPlan, err error) {
+	if err != nil && err != redis.Nil {
+		var rerr redis.Error
+		if !errors.As(err, &rerr) || isNetError(err) {
+			kp.noCopies.Store(true) // the write may or may not have happened
+			c.mirrorErrors.Add(1)
+		}
+		return // Redis refused the write: nothing changed
+	}
+	ictx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(ctx), internalKey{}, true), c.timeout)
+	defer cancel()
+	if err := c.copyOriginal(ictx, key, kp.copies); err != nil {
+		kp.noCopies.Store(true)
+		c.mirrorErrors.Add(1)
+		c.log.Warn("hotkeyd: writing a key's copies failed; this client reads the key from the original until the next plan",
+			"key", key, "err", err)
+		return
+	}
+	c.mirrors.Add(1)
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// copyOriginal sets every copy to the original's value and TTL, or deletes them when the
+// original does not exist.
+func (c *Client) copyOriginal(ctx context.Context, key string, copies []string) error {
+	reply, err := dumpOriginal.Run(ctx, c.rdb, []string{key}).Slice()
+	if err != nil {
+		return err
+	}
+	pttl, ok := reply[0].(int64)
+	if !ok || (pttl != -2 && len(reply) != 2) {
+		return errors.New("unexpected reply to DUMP")
+	}
+	cmds, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, name := range copies {
+			switch {
+			case pttl == -2:
+				p.Del(ctx, name)
+			case pttl == -1:
+				p.Do(ctx, "restore", name, 0, reply[1], "replace")
+			default:
+				p.Do(ctx, "restore", name, max(pttl, 1), reply[1], "replace")
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for _, cmd := range cmds {
+			if cmd.Err() != nil {
+				return cmd.Err()
+			}
+		}
+		return err
+	}
+	return nil
+}
