@@ -10,10 +10,7 @@ import (
 // the queries that name them, and fails as soon as the agent exports one of them, so that
 // its panels get checked from then on and move out of the Pending row.
 func PendingMetrics() map[string]string {
-	return map[string]string{
-		"hotkeyd_mitigation_actions_total": "mitigate.Executor registers it, but the agent does not run an executor yet",
-		"hotkeyd_surprise_hot_keys_total":  "the registry (predicted hot keys) will count hot keys no event predicted",
-	}
+	return map[string]string{} // none: every panel's metric is exported and checked
 }
 
 // PendingRow is the title of the collapsed row that holds the panels of PendingMetrics.
@@ -291,15 +288,22 @@ func mitigations() *Dashboard {
 	l.section("Redis primaries")
 	nodeShare(l)
 
-	l.collapsed(PendingRow)
+	l.section("Executor and registry")
 	l.add(12, 8, panel{typ: "timeseries", title: "Mitigation actions",
-		desc: "Pending (see docs/dashboards.md): what the agent did in Redis for enforced mitigations, per interval, by kind and action — copy_write, copy_refresh, copy_delete, counter_fold, counter_recover, error (hotkeyd_mitigation_actions_total). No data until the agent runs the executor.",
+		desc: "What the agent did in Redis for enforced mitigations, per interval, by kind and action — copy_write, copy_refresh, copy_delete, counter_fold, counter_recover, error (hotkeyd_mitigation_actions_total; exported once the agent has a Redis address).",
 		unit: "short", bars: true,
 		targets: []Target{series(`sum by (kind, action) (increase(`+m("hotkeyd_mitigation_actions_total")+`[$__rate_interval]))`, "{{kind}} {{action}}")}}.build())
 	l.add(12, 8, panel{typ: "timeseries", title: "Surprise hot keys",
-		desc: "Pending (see docs/dashboards.md): hot keys that no registry event predicted, per interval (hotkeyd_surprise_hot_keys_total). No data until the registry lands.",
+		desc: "Keys that turned hot while no armed registry event predicted them, per interval (hotkeyd_surprise_hot_keys_total): candidates for the registry.",
 		unit: "short", bars: true, steps: []Step{at("red", 1)},
 		targets: []Target{series(`sum(increase(`+m("hotkeyd_surprise_hot_keys_total")+`[$__rate_interval]))`, "surprises")}}.build())
+	l.add(24, 8, panel{typ: "timeseries", title: "Predicted against observed, per event",
+		desc: "For each armed registry event: the peak rate it expected on one key (hotkeyd_event_expected_rate) and the peak one key under its patterns has reached so far (hotkeyd_event_observed_rate), reads and writes. Observed far above expected: the prediction was low.",
+		unit: "reqps",
+		targets: []Target{
+			series(`max by (event, op) (`+m("hotkeyd_event_expected_rate")+`)`, "{{event}} {{op}} expected"),
+			series(`max by (event, op) (`+m("hotkeyd_event_observed_rate")+`)`, "{{event}} {{op}} observed"),
+		}}.build())
 
 	return dashboard("hotkeyd-mitigations.json", "hotkeyd-mitigations", "hotkeyd / Mitigations",
 		"What hotkeyd does about hot keys: active mitigations by kind and mode, plan versions, and the load on each Redis primary.",

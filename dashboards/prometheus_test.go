@@ -28,6 +28,7 @@ import (
 	"github.com/hotkeyd/hotkeyd/agent"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/sampler"
+	"github.com/redis/go-redis/v9"
 )
 
 // Keys the test traffic makes hot.
@@ -60,6 +61,13 @@ func TestPanelsAgainstPrometheus(t *testing.T) {
 	boards := loadBoards(t)
 
 	cluster := redistest.StartCluster(t, 3)
+	// The hot key exists in Redis, so that the executor writes its pinned copies (and
+	// counts the actions).
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+	if err := rdb.Set(context.Background(), hotKey, "3-1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Close()
 	a := startAgent(t, cluster.Addrs())
 	base := "http://" + a.HTTPAddr().String()
 	var flash atomic.Bool
@@ -79,10 +87,24 @@ func TestPanelsAgainstPrometheus(t *testing.T) {
 			t.Fatalf("POST /v1/plan/overrides %s: %d %s; want 201", body, resp.StatusCode, b)
 		}
 	}
+	// A registry event armed now for the hot key, so the per-event series exist.
+	now := time.Now()
+	event := fmt.Sprintf(`{"id":"final","patterns":[%q],"start":%q,"end":%q,"lead":"1m","expected_read_rate":100000}`,
+		hotKey, now.Format(time.RFC3339), now.Add(time.Hour).Format(time.RFC3339))
+	resp, err := httpClient.Post(base+"/v1/registry", "application/json", strings.NewReader(event))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /v1/registry: %d %s; want 201", resp.StatusCode, b)
+	}
 	// Every family the boards query exists at the agent before Prometheus starts.
-	waitUntil(t, 15*time.Second, "the agent to export node shares, mitigations and drops", func() bool {
+	waitUntil(t, 15*time.Second, "the agent to export node shares, mitigations, actions, drops and event rates", func() bool {
 		names := agentMetricNames(t, base)
-		return names["hotkeyd_node_share"] && names["hotkeyd_mitigations"] && names["hotkeyd_samples_dropped_total"] && names["hotkeyd_key_rate"]
+		return names["hotkeyd_node_share"] && names["hotkeyd_mitigations"] && names["hotkeyd_samples_dropped_total"] &&
+			names["hotkeyd_key_rate"] && names["hotkeyd_mitigation_actions_total"] && names["hotkeyd_event_expected_rate"]
 	})
 
 	prom := startPrometheus(t, promBin, a.HTTPAddr().String())
