@@ -238,7 +238,7 @@ func Default() Config {
 			CoolRatio: 0.7,
 			CoolTicks: 10,
 		},
-		Log: Log{Level: "info", Format: "text"},
+		Log:      Log{Level: "info", Format: "text"},
 		Registry: Registry{File: "hotkeyd-registry.json"},
 		Mitigate: Mitigate{
 			Modes:         Modes{L1: "enforce", Copies: "observe", ShardedCounter: "observe", BatchedCounter: "enforce"},
