@@ -34,12 +34,9 @@ func (l *layout) section(title string) {
 	l.addRow(title, false)
 }
 
-// collapsed starts a collapsed row titled title: the panels added after it go inside it,
-// and Grafana shows them when the row is opened. It must be the last row of a board.
-func (l *layout) collapsed(title string) {
-	l.addRow(title, true)
-}
-
+// addRow starts a row titled title. A collapsed row (the Pending row, while metrics are
+// pending) holds the panels added after it, shown when the row is opened, and must be the
+// last row of a board.
 func (l *layout) addRow(title string, collapsed bool) {
 	l.newline()
 	r := &Panel{ID: l.id(), Type: "row", Title: title, GridPos: GridPos{H: 1, W: gridWidth, X: 0, Y: l.y}, Collapsed: &collapsed, Panels: []*Panel{}}
