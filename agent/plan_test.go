@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,14 +130,14 @@ func TestPlanOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { // runs after the agent has stopped: it left no copy behind
-		left := 0
+		var left atomic.Int64 // ForEachMaster runs on every primary at once
 		err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 			keys, err := node.Keys(ctx, "{hk:*").Result()
-			left += len(keys)
+			left.Add(int64(len(keys)))
 			return err
 		})
-		if err != nil || left != 0 {
-			t.Errorf("after the agent stopped: %d keys named {hk:…} left (%v); want 0", left, err)
+		if err != nil || left.Load() != 0 {
+			t.Errorf("after the agent stopped: %d keys named {hk:…} left (%v); want 0", left.Load(), err)
 		}
 	})
 	a := runAgent(t, Options{RedisAddrs: cl.Addrs()})
