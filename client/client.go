@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/bits"
@@ -94,6 +95,7 @@ type Client struct {
 	follower *follower
 	l1       *Cache // the plan's L1 keys, filled by the hook
 	aside    *Cache // Get's keys
+	counter  *Counter
 	now      func() time.Time
 	rand     func() uint64
 	log      *slog.Logger
@@ -164,6 +166,7 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		timeout: l1.loadTimeout, reg: opts.Registry,
 		first: make(chan struct{}), done: make(chan struct{}),
 	}
+	c.counter = newCounter(c)
 	if !opts.NoReports {
 		port := u.Port()
 		if port == "" {
@@ -218,6 +221,7 @@ func (c *Client) reporterClose() {
 // the plan no longer caches.
 func (c *Client) onPlan(ix *planIndex) {
 	c.firstOnce.Do(func() { close(c.first) })
+	c.counter.onPlan(ix)
 	c.l1.retain(func(key string) bool {
 		k := ix.keys[key]
 		return k != nil && k.l1TTL > 0
@@ -271,11 +275,12 @@ func (c *Client) Stats() ClientStats {
 	return st
 }
 
-// Close stops following the plan, ends loads in progress, sends the pending samples and
-// unregisters the metrics. The hooks stay installed and pass commands straight through.
-// Close returns nil when called again.
+// Close flushes the Counter's pending sums, stops following the plan, ends loads in
+// progress, sends the pending samples and unregisters the metrics. The hooks stay
+// installed and pass commands straight through. Close returns nil when called again.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
+		cerr := c.counter.close()
 		c.closed.Store(true)
 		c.cancel()
 		<-c.done
@@ -285,6 +290,7 @@ func (c *Client) Close() error {
 		if c.reporter != nil {
 			c.closeErr = c.reporter.Close()
 		}
+		c.closeErr = errors.Join(cerr, c.closeErr)
 		if c.reg != nil {
 			c.reg.Unregister(c.metrics)
 		}

@@ -102,6 +102,45 @@ func ExampleClient_Get() {
 	// loads: 1
 }
 
+// Counters get an explicit API, because a batched increment cannot return the new value.
+// Here the plan batches likes:post7 with a flush every minute: 1,000 Adds cost Redis
+// nothing until the flush, Get counts what is pending, and Close flushes it in one
+// INCRBY. With no entry for the key, Add is a plain INCRBY; under a sharded_counter entry
+// it increments a random sub-counter and Get reads them all.
+func ExampleCounter() {
+	redisAddr, stop := startRedis()
+	defer stop()
+	agent := standInAgent(mitigate.Entry{Key: "likes:post7", Kind: mitigate.BatchedCounter, Mode: mitigate.Enforce,
+		Since: planTime, Expires: planTime.Add(time.Minute), FlushInterval: mitigate.Duration(time.Minute)})
+	defer agent.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	c, err := client.Attach(rdb, client.Options{Agent: agent.URL, NoReports: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.WaitPlan(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	likes := c.Counter()
+	for range 1000 {
+		if err := likes.Add(ctx, "likes:post7", 1); err != nil { // never fails when batched
+			log.Fatal(err)
+		}
+	}
+	n, _ := likes.Get(ctx, "likes:post7")
+	fmt.Printf("Get: %d, in Redis: %q\n", n, rdb.Get(ctx, "likes:post7").Val())
+	if err := c.Close(); err != nil { // flushes what is pending
+		log.Fatal(err)
+	}
+	fmt.Printf("after Close, in Redis: %q\n", rdb.Get(ctx, "likes:post7").Val())
+	// Output:
+	// Get: 1000, in Redis: ""
+	// after Close, in Redis: "1000"
+}
+
 var planTime = time.Date(2026, 3, 1, 20, 0, 0, 0, time.UTC)
 
 // standInAgent serves a fixed plan at /v1/plan as the agent does: at once without after,

@@ -1,0 +1,404 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/mitigate"
+)
+
+func batchedEntry(key string, every, lease time.Duration) mitigate.Entry {
+	return mitigate.Entry{Key: key, Kind: mitigate.BatchedCounter, Mode: mitigate.Enforce, Reason: "test",
+		Since: planNow.Add(-time.Second), Expires: planNow.Add(lease), FlushInterval: mitigate.Duration(every)}
+}
+
+func shardedEntry(key string, subs []mitigate.Node, lease time.Duration) mitigate.Entry {
+	return mitigate.Entry{Key: key, Kind: mitigate.ShardedCounter, Mode: mitigate.Enforce, Reason: "test",
+		Since: planNow.Add(-time.Second), Expires: planNow.Add(lease), SubCounters: subs}
+}
+
+// topology returns the topology of im's Redis: a real one for a cluster.
+func topology(t *testing.T, im impl) *mitigate.Topology {
+	t.Helper()
+	if im.name == "standalone" {
+		return mitigate.StandaloneTopology(im.addrs[0])
+	}
+	topo, err := mitigate.NewTopology(context.Background(), mitigate.TopologyOptions{Seeds: im.addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { topo.Close() })
+	return topo
+}
+
+// leftovers returns the keys of the sharded-counter protocol left on any primary:
+// sub-counters and stashes of folds.
+func leftovers(t *testing.T, im impl) []string {
+	t.Helper()
+	var out []string
+	ctx := context.Background()
+	for _, a := range im.addrs {
+		node := redis.NewClient(&redis.Options{Addr: a})
+		for _, pat := range []string{"{hk:sub*", "{hk:t*}stash:*"} {
+			keys, err := node.Keys(ctx, pat).Result()
+			if err != nil {
+				t.Fatalf("KEYS %s on %s: %v", pat, a, err)
+			}
+			out = append(out, keys...)
+		}
+		node.Close()
+	}
+	return out
+}
+
+// TestCounterSuite runs the Counter's tests against a standalone and a cluster client.
+func TestCounterSuite(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, im impl)
+	}{
+		{"ExactAcrossPlans", testCounterExactAcrossPlans},
+		{"Batched", testCounterBatched},
+		{"FlushErrors", testCounterFlushErrors},
+		{"CloseLeaksNothing", testCounterCloseLeaksNothing},
+	}
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) { tc.run(t, im) })
+			}
+		})
+	}
+}
+
+// testCounterExactAcrossPlans is the proof: 8 goroutines × 2,000 Adds of 1 while
+// the served plan goes none → batched → sharded → batched+sharded → none → batched →
+// sharded → none, a real executor applying each plan (folding the sub-counters back when
+// sharding ends). Each switch is published when half of the increments allowed under the
+// previous plan are done, so it lands while writers run, and the next share of
+// increments is released only once the client holds the new plan, so every path is taken.
+// Readers check throughout that Get is at least what was acknowledged before it and at
+// most what was started before it returned. After Close and the executor's final fold
+// the key holds exactly 16,000 and no sub-counter or stash is left.
+func testCounterExactAcrossPlans(t *testing.T, im impl) {
+	const (
+		writers = 8
+		per     = 2000
+		total   = writers * per
+		key     = "likes:post7"
+	)
+	ctx := context.Background()
+	topo := topology(t, im)
+	subs, err := topo.Names(key, 3, mitigate.ShardedCounter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := im.new()
+	defer admin.Close()
+	admin.Del(ctx, key)
+	exec, err := mitigate.NewExecutor(mitigate.ExecutorOptions{Redis: admin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exec.Close(context.Background()) })
+	ps := startPlanServer(t)
+	_, c := attach(t, im, ps, Options{Rand: seeded(11)})
+	counter := c.Counter()
+
+	every := 5 * time.Millisecond
+	plans := [][]mitigate.Entry{
+		nil,
+		{batchedEntry(key, every, time.Minute)},
+		{shardedEntry(key, subs, time.Minute)},
+		{batchedEntry(key, every, time.Minute), shardedEntry(key, subs, time.Minute)},
+		nil,
+		{batchedEntry(key, every, time.Minute)},
+		{shardedEntry(key, subs, time.Minute)},
+		nil,
+	}
+	phases := len(plans)
+	gates := make([]chan struct{}, phases)
+	for i := range gates {
+		gates[i] = make(chan struct{})
+	}
+	close(gates[0])
+
+	var started, acked atomic.Int64
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() {
+			for j := range per {
+				<-gates[j*phases/per]
+				started.Add(1)
+				if err := counter.Add(ctx, key, 1); err != nil {
+					t.Errorf("Add: %v", err)
+					return
+				}
+				acked.Add(1)
+			}
+		})
+	}
+	stopReaders := make(chan struct{})
+	var readers sync.WaitGroup
+	var reads atomic.Int64
+	for range 2 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-stopReaders:
+					return
+				default:
+				}
+				lo := acked.Load()
+				v, err := counter.Get(ctx, key)
+				hi := started.Load()
+				if err != nil {
+					t.Errorf("Get: %v", err)
+					return
+				}
+				reads.Add(1)
+				if v < lo || v > hi {
+					t.Errorf("Get = %d; want between %d (acknowledged before) and %d (started before it returned)", v, lo, hi)
+				}
+			}
+		})
+	}
+	ps.mu.Lock()
+	version := ps.plan.Version
+	ps.mu.Unlock()
+	for k := 1; k < phases; k++ {
+		half := int64((2*k - 1) * total / (2 * phases))
+		for acked.Load() < half {
+			time.Sleep(50 * time.Microsecond)
+		}
+		ps.publish(plans[k]...)
+		version++
+		p := mitigate.Plan{Version: version, Generated: planNow, Primaries: 3, Entries: plans[k]}
+		if err := exec.Apply(ctx, p); err != nil {
+			t.Fatalf("executor Apply of plan %d: %v", k, err)
+		}
+		waitVersion(t, c, version)
+		close(gates[k])
+	}
+	wg.Wait()
+	close(stopReaders)
+	readers.Wait()
+
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := exec.Refresh(ctx); err != nil { // folds what stale writers added after the end
+		t.Fatal(err)
+	}
+	if err := exec.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := admin.Get(ctx, key).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := counter.Stats()
+	t.Logf("%d Adds (plain %d, sharded %d, batched %d), %d flushes, %d Gets; final %d", acked.Load(),
+		st.Plain, st.Sharded, st.Batched, st.Flushes, reads.Load(), got)
+	if got != total {
+		t.Errorf("counter = %d after Close and the final fold; want %d", got, total)
+	}
+	if left := leftovers(t, im); len(left) > 0 {
+		t.Errorf("keys left behind: %q; want none", left)
+	}
+	if st.Plain == 0 || st.Sharded == 0 || st.Batched == 0 || st.Flushes == 0 {
+		t.Errorf("stats %+v; want every path taken", st)
+	}
+	if st.FlushErrors != 0 || st.Dropped != 0 {
+		t.Errorf("stats %+v; want no flush errors nor drops", st)
+	}
+	if reads.Load() < 10 {
+		t.Errorf("only %d Gets during the run; want at least 10", reads.Load())
+	}
+	admin.Del(ctx, key)
+}
+
+// testCounterBatched: under a batched entry, Adds cost Redis nothing until the flush,
+// which sends one INCRBY per key however many Adds there were; Get adds the pending sum
+// to Redis's value; Close flushes what is pending.
+func testCounterBatched(t *testing.T, im impl) {
+	ctx := context.Background()
+	ps := startPlanServer(t)
+	ps.publish(batchedEntry("views:a", time.Minute, time.Minute), batchedEntry("views:b", 20*time.Millisecond, time.Minute))
+	rdb, c := attach(t, im, ps, Options{})
+	del(ctx, rdb, "views:a", "views:b", "views:plain")
+	rdb.Set(ctx, "views:a", "100", 0)
+	counter := c.Counter()
+	before := incrbys(t, im.addrs...)
+	for range 500 {
+		counter.Add(ctx, "views:a", 2)
+		counter.Add(ctx, "views:b", 1)
+	}
+	if err := counter.Add(ctx, "views:plain", 7); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := counter.Get(ctx, "views:a"); err != nil || v != 1100 {
+		t.Errorf("Get(views:a) = %d, %v; want 1100 (100 in Redis + 1000 pending)", v, err)
+	}
+	if v := rdb.Get(ctx, "views:a").Val(); v != "100" {
+		t.Errorf("views:a in Redis = %q before its flush; want 100", v)
+	}
+	waitFor(t, func() bool { return rdb.Get(ctx, "views:b").Val() == "500" })
+	if v, err := counter.Get(ctx, "views:b"); err != nil || v != 500 {
+		t.Errorf("Get(views:b) = %d, %v; want 500", v, err)
+	}
+	if v := rdb.Get(ctx, "views:plain").Val(); v != "7" {
+		t.Errorf("views:plain = %q; want 7 (plain INCRBY)", v)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := rdb.Get(ctx, "views:a").Val(); v != "1100" {
+		t.Errorf("views:a after Close = %q; want 1100", v)
+	}
+	// One INCRBY per flush (views:a once, at Close; views:b once per 20ms it had Adds)
+	// and one for the plain Add.
+	st := counter.Stats()
+	if got := incrbys(t, im.addrs...) - before; got != int(st.Flushes)+1 || st.Flushes < 2 || st.Batched != 1000 {
+		t.Errorf("Redis INCRBYs %d for 1,001 Adds, stats %+v; want one per flush plus one", got, st)
+	}
+	// After Close, Adds are plain.
+	if err := counter.Add(ctx, "views:a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if v := rdb.Get(ctx, "views:a").Val(); v != "1101" {
+		t.Errorf("views:a after an Add after Close = %q; want 1101", v)
+	}
+	del(ctx, rdb, "views:a", "views:b", "views:plain")
+}
+
+// del deletes keys one by one (they may be in different slots).
+func del(ctx context.Context, rdb redis.UniversalClient, keys ...string) {
+	for _, k := range keys {
+		rdb.Del(ctx, k)
+	}
+}
+
+// testCounterFlushErrors: a flush Redis refuses (the key holds a string that is not an
+// integer) keeps the sum and retries it; after MaxFlushTries it is dropped, logged and
+// counted — never lost silently. A sum that fails at Close is reported by Close.
+func testCounterFlushErrors(t *testing.T, im impl) {
+	ctx := context.Background()
+	ps := startPlanServer(t)
+	ps.publish(batchedEntry("bad:a", 5*time.Millisecond, time.Minute), batchedEntry("bad:b", time.Minute, time.Minute))
+	rdb, c := attach(t, im, ps, Options{})
+	rdb.Set(ctx, "bad:a", "not a number", 0)
+	rdb.Set(ctx, "bad:b", "not a number", 0)
+	counter := c.Counter()
+	for range 10 {
+		counter.Add(ctx, "bad:a", 3)
+	}
+	waitFor(t, func() bool { return counter.Stats().DroppedAdds == 10 })
+	st := counter.Stats()
+	if st.Dropped != 30 || st.FlushErrors < MaxFlushTries || st.Uncertain != 0 {
+		t.Errorf("stats %+v; want 30 dropped after %d refused flushes, none uncertain", st, MaxFlushTries)
+	}
+	counter.Add(ctx, "bad:b", 5)
+	err := c.Close()
+	if err == nil {
+		t.Fatal("Close = nil with a sum Redis refuses; want an error")
+	}
+	t.Logf("Close: %v", err)
+	if st := counter.Stats(); st.Dropped != 35 || st.DroppedAdds != 11 {
+		t.Errorf("stats %+v; want 35 dropped in 11 Adds", st)
+	}
+	del(ctx, rdb, "bad:a", "bad:b")
+}
+
+// testCounterCloseLeaksNothing: the flusher stops at Close.
+func testCounterCloseLeaksNothing(t *testing.T, im impl) {
+	ps := startPlanServer(t)
+	ps.publish(batchedEntry("leak:n", 10*time.Millisecond, time.Minute))
+	rdb := im.new()
+	defer rdb.Close()
+	ctx := context.Background()
+	rdb.Ping(ctx)
+	time.Sleep(50 * time.Millisecond)
+	base := runtime.NumGoroutine()
+	c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.WaitPlan(wctx); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 100 {
+				c.Counter().Add(ctx, "leak:n", 1)
+			}
+		})
+	}
+	wg.Wait()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitGoroutines(t, base)
+	if v := rdb.Get(ctx, "leak:n").Val(); v != "400" {
+		t.Errorf("leak:n = %q after Close; want 400", v)
+	}
+	rdb.Del(ctx, "leak:n")
+}
+
+// TestCounterFailOpen: with the agent away the Counter is plain INCRBY, and Add returns
+// Redis's errors on that path.
+func TestCounterFailOpen(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: closedTCP(t), MaxRetries: -1})
+	defer rdb.Close()
+	c, err := Attach(rdb, Options{Agent: "http://" + closedTCP(t), NoReports: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.Counter().Add(context.Background(), "k", 1)
+	if err == nil {
+		t.Fatal("Add with Redis down = nil; want its error")
+	}
+	if st := c.Counter().Stats(); st.Plain != 1 {
+		t.Errorf("stats %+v; want 1 plain Add", st)
+	}
+}
+
+// incrbys returns how many INCRBYs the servers at addrs have executed, summed.
+func incrbys(t *testing.T, addrs ...string) int {
+	t.Helper()
+	return commandCalls(t, "incrby", addrs...)
+}
+
+// commandCalls returns the calls of a command on the servers at addrs, summed, from
+// INFO commandstats.
+func commandCalls(t testing.TB, name string, addrs ...string) int {
+	t.Helper()
+	n := 0
+	for _, a := range addrs {
+		node := redis.NewClient(&redis.Options{Addr: a})
+		out, err := node.Info(context.Background(), "commandstats").Result()
+		node.Close()
+		if err != nil {
+			t.Fatalf("INFO commandstats on %s: %v", a, err)
+		}
+		var calls int
+		for line := range strings.Lines(out) {
+			if _, err := fmt.Sscanf(strings.TrimSpace(line), "cmdstat_"+name+":calls=%d", &calls); err == nil {
+				n += calls
+			}
+		}
+	}
+	return n
+}
