@@ -438,6 +438,11 @@ func (c *Cache) join(ctx context.Context, s *shard, key string, ttl time.Duratio
 			delete(s.flights, key)
 		}
 		s.fmu.Unlock()
+		if f.err != nil {
+			// Counted once the flight is gone, so that whoever sees the count can start
+			// the next load.
+			c.loadErrors.Add(1)
+		}
 		close(f.done)
 	}()
 	return f, true
@@ -453,7 +458,6 @@ func (c *Cache) load(ctx context.Context, s *shard, key string, gen uint64, ttl 
 		select {
 		case c.sem <- struct{}{}:
 		case <-ctx.Done():
-			c.loadErrors.Add(1)
 			return nil, fmt.Errorf("client: waiting for a load slot (MaxLoads %d): %w", cap(c.sem), ctx.Err())
 		}
 	}
@@ -463,7 +467,6 @@ func (c *Cache) load(ctx context.Context, s *shard, key string, gen uint64, ttl 
 	end := c.since()
 	<-c.sem
 	if err != nil {
-		c.loadErrors.Add(1)
 		return nil, err
 	}
 	// The TTLs count from the start of the load, so a value is never older than them.

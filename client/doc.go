@@ -68,7 +68,10 @@
 // the original and single-key writes are mirrored after the pipeline.
 //
 // Counters (entries of kinds sharded_counter and batched_counter) are not applied by the
-// hook: they change what INCR returns, so they need an explicit API.
+// hook: they change what INCR returns, so they have an explicit API, Client.Counter:
+// Add and Get, plain INCRBY/GET without an entry, one INCRBY per key per flush interval
+// under batched_counter (Close flushes; a crash loses at most one interval), a random
+// sub-counter under sharded_counter with exact reads of base + Σ sub-counters.
 //
 // # Cache-aside
 //
