@@ -190,6 +190,47 @@ type Registry struct {
 	// the events live in Redis instead (shared by the fleet) and File, if it exists,
 	// seeds them. Default "hotkeyd-registry.json"; empty keeps events in memory only.
 	File string `yaml:"file"`
+	// Events are predicted hot-key events written in the config file. They are read-only
+	// in the HTTP API (PUT and DELETE of their ids fail) and shadow any stored event with
+	// the same id. Default none.
+	Events []Event `yaml:"events"`
+}
+
+// Event is a predicted hot-key event of the config file, with the fields and names of
+// the registry's JSON form (docs/registry.md): Validate checks it as the registry would,
+// and JSON gives the document the registry decodes. Unlike the API, ID is required.
+type Event struct {
+	// ID names the event: 1 to 64 of a-z, 0-9, '.', '_' and '-', unique among the
+	// events of the file. Required.
+	ID string `yaml:"id"`
+	// Name is for people. Optional.
+	Name string `yaml:"name"`
+	// Patterns are the keys the event makes hot: exact keys, prefixes ("sale:sku:*") or
+	// Redis globs. At least one.
+	Patterns []string `yaml:"patterns"`
+	// AllowBroad allows patterns with no literal character, such as "*".
+	AllowBroad bool `yaml:"allow_broad"`
+	// Start and End bound the first (or only) occurrence: RFC 3339 times with a zone,
+	// "2026-12-01T19:30:00+01:00". Required.
+	Start string `yaml:"start"`
+	End   string `yaml:"end"`
+	// Lead is how long before each start the event arms. 0 to 168h.
+	Lead time.Duration `yaml:"lead"`
+	// Recurrence repeats the event: "" (once), "daily", "daily@HH:MM", "weekly",
+	// "weekly@DAY HH:MM" or "cron:EXPR", in Zone.
+	Recurrence string `yaml:"recurrence"`
+	// Zone is the IANA time zone recurrences follow; required with a recurrence.
+	Zone string `yaml:"zone"`
+	// ExpectedReadRate and ExpectedWriteRate are the peak requests/s expected on one
+	// key; ≥ 0.
+	ExpectedReadRate  float64 `yaml:"expected_read_rate"`
+	ExpectedWriteRate float64 `yaml:"expected_write_rate"`
+	// Mitigations: "auto" (the default when empty) or any of l1, copies,
+	// sharded_counter and batched_counter.
+	Mitigations []string `yaml:"mitigations"`
+	// Owner and Note are free text for people.
+	Owner string `yaml:"owner"`
+	Note  string `yaml:"note"`
 }
 
 // Modes sets the mode of each kind of mitigation.

@@ -14,10 +14,12 @@
 //  3. the flags of RegisterFlags that were set on the command line.
 //
 // Every key can be set in the environment, whether or not the file mentions it. Lists
-// (redis.addrs) are comma-separated there; hot.overrides is a YAML flow list:
+// (redis.addrs) are comma-separated there; hot.overrides and registry.events are YAML
+// flow lists:
 //
 //	HOTKEYD_REDIS_ADDRS=10.0.0.1:6379,10.0.0.2:6379
 //	HOTKEYD_HOT_OVERRIDES='[{pattern: "score:*", read_rate: 5000}]'
+//	HOTKEYD_REGISTRY_EVENTS='[{id: final, patterns: ["score:match42"], start: "2026-12-01T19:30:00+01:00", end: "2026-12-01T21:30:00+01:00"}]'
 //
 // An empty variable counts as set for strings and lists, so HOTKEYD_UDP_LISTEN= turns UDP
 // off, and as unset for numbers, booleans and durations.
@@ -77,10 +79,29 @@
 //	mitigate.lease                 60s             2s..1h: how long a plan entry lives at a client that lost the agent
 //	mitigate.copy_refresh          1s              10ms..1m: how often copies of a split key are rewritten from the original
 //	registry.file                  hotkeyd-registry.json  predicted events (atomic JSON file); with redis.addrs it seeds the Redis store; empty: memory only
+//	registry.events                (none)          list of predicted events, read-only in the API; fields as in docs/registry.md, id required
 //	log.level                      info            debug, info, warn, error (--log-level)
 //	log.format                     text            text, json
 //
 // In hot.overrides, pattern is an exact key or a prefix ending in "*"; a threshold left
 // out or set to 0 inherits hot.read or hot.write. An exact pattern beats every prefix,
 // and a longer prefix beats a shorter one.
+//
+// In registry.events, each event has the fields of the registry's JSON form
+// (docs/registry.md), with start and end as RFC 3339 strings and lead as a Go duration:
+//
+//	registry:
+//	  events:
+//	    - id: final
+//	      name: the final
+//	      patterns: ["score:match42"]
+//	      start: "2026-12-01T19:30:00+01:00"
+//	      end: "2026-12-01T21:30:00+01:00"
+//	      lead: 10m
+//	      expected_read_rate: 200000
+//
+// An unknown field is an error like any unknown key; Validate checks each event as the
+// registry would and names the problem registry.events[i].field. The API lists these
+// events with the stored ones but refuses to change or delete them (409), and an event
+// stored under the same id is hidden by the config file's.
 package config

@@ -26,6 +26,7 @@ func FuzzLoad(f *testing.F) {
 		"- 1\n",
 		"--- \n...\n---\n",
 		"hot: {min_rate: .nan, read: {share: 1e-300}}\n",
+		"registry:\n  events:\n    - {id: a, patterns: [\"a:*\"], start: \"2026-12-01T19:30:00+01:00\", end: \"2026-12-01T21:30:00+01:00\", lead: 10m}\n",
 	} {
 		f.Add([]byte(s), "")
 	}

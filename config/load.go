@@ -123,8 +123,8 @@ func parseEnv(lookup func(string) (string, bool)) (map[string]any, error) {
 		source := fmt.Sprintf("environment %s (%s)", f.env, f.key)
 		switch f.kind {
 		case kString, kStrings:
-		case kOverrides:
-			list, err := parseOverrides(source, s)
+		case kOverrides, kEvents:
+			list, err := parseList(source, f.key, f.kind, s)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -157,6 +157,9 @@ func (c *Config) normalize() {
 	c.Redis.Addrs = addrs
 	if len(c.Hot.Overrides) == 0 {
 		c.Hot.Overrides = nil
+	}
+	if len(c.Registry.Events) == 0 {
+		c.Registry.Events = nil
 	}
 }
 

@@ -143,6 +143,46 @@ hot:
 			file: "hot:\n  overrides:\n    - {pattern: a, read_rate: 1}\n",
 			env:  map[string]string{"HOTKEYD_HOT_OVERRIDES": ""}},
 			func(*Config) {}},
+		{loadCase{name: "events from the file", file: finalEventYAML},
+			func(c *Config) { c.Registry.Events = []Event{finalEvent()} }},
+		{loadCase{name: "event with every field", file: `
+registry:
+  events:
+    - id: match42
+      name: "Derby, match 42"
+      patterns: ["score:match42", "odds:*", " spaced,key "]
+      allow_broad: true
+      start: 2026-03-27T19:30:00+01:00
+      end: 2026-03-27T21:30:00+01:00
+      lead: 30m
+      recurrence: daily@19:30
+      zone: Europe/Madrid
+      expected_read_rate: 50000
+      expected_write_rate: 200
+      mitigations: [l1, copies]
+      owner: sports
+      note: read by every open app
+`}, func(c *Config) {
+			c.Registry.Events = []Event{{
+				ID: "match42", Name: "Derby, match 42",
+				Patterns:   []string{"score:match42", "odds:*", " spaced,key "},
+				AllowBroad: true,
+				Start:      "2026-03-27T19:30:00+01:00", End: "2026-03-27T21:30:00+01:00",
+				Lead:       30 * time.Minute,
+				Recurrence: "daily@19:30", Zone: "Europe/Madrid",
+				ExpectedReadRate: 50000, ExpectedWriteRate: 200,
+				Mitigations: []string{"l1", "copies"},
+				Owner:       "sports", Note: "read by every open app",
+			}}
+		}},
+		{loadCase{name: "events from the environment", file: finalEventYAML,
+			env: map[string]string{"HOTKEYD_REGISTRY_EVENTS": `[{id: sale, patterns: ["sale:*"], start: "2026-12-02T12:00:00Z", end: "2026-12-02T13:00:00Z"}]`}},
+			func(c *Config) {
+				c.Registry.Events = []Event{{ID: "sale", Patterns: []string{"sale:*"}, Start: "2026-12-02T12:00:00Z", End: "2026-12-02T13:00:00Z"}}
+			}},
+		{loadCase{name: "empty HOTKEYD_REGISTRY_EVENTS clears the file's", file: finalEventYAML,
+			env: map[string]string{"HOTKEYD_REGISTRY_EVENTS": ""}},
+			func(*Config) {}},
 		{loadCase{name: "YAML anchors and aliases", file: "proxy:\n  upstream: &r 127.0.0.1:6379\n  listen: :6380\nmonitor:\n  addr: *r\n"},
 			func(c *Config) {
 				c.Proxy.Listen, c.Proxy.Upstream = ":6380", "127.0.0.1:6379"
@@ -163,6 +203,33 @@ hot:
 				t.Errorf("got %+v; want %+v", got, want)
 			}
 		})
+	}
+}
+
+// finalEventYAML is the example of issue 6: one event in the config file.
+const finalEventYAML = `
+registry:
+  file: hotkeyd-registry.json
+  events:
+    - id: final
+      name: the final
+      patterns: ["score:match42"]
+      start: "2026-12-01T19:30:00+01:00"
+      end: "2026-12-01T21:30:00+01:00"
+      lead: 10m
+      expected_read_rate: 200000
+`
+
+// finalEvent is the Event of finalEventYAML.
+func finalEvent() Event {
+	return Event{
+		ID:               "final",
+		Name:             "the final",
+		Patterns:         []string{"score:match42"},
+		Start:            "2026-12-01T19:30:00+01:00",
+		End:              "2026-12-01T21:30:00+01:00",
+		Lead:             10 * time.Minute,
+		ExpectedReadRate: 200000,
 	}
 }
 
@@ -256,6 +323,56 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"HOTKEYD_DETECTOR_WINDOW", `"soon" is not a duration`}},
 		{loadCase{name: "bad overrides in env", env: map[string]string{"HOTKEYD_HOT_OVERRIDES": "[{pattern: a, rate: 1}]"}},
 			[]string{"HOTKEYD_HOT_OVERRIDES", `unknown key "hot.overrides[0].rate"`}},
+		{loadCase{name: "unknown field in an event", file: "registry:\n  events:\n    - id: a\n      patterns: [a]\n      nmae: x\n"},
+			[]string{"hotkeyd.yaml:5:", `unknown key "registry.events[0].nmae"`, `did you mean "registry.events[0].name"`}},
+		{loadCase{name: "unknown field in a later event", file: "registry:\n  events:\n    - {id: a}\n    - {id: b, pattern: [b]}\n"},
+			[]string{"hotkeyd.yaml:4:", `unknown key "registry.events[1].pattern"`, `"registry.events[1].patterns"`}},
+		{loadCase{name: "events not a list", file: "registry:\n  events: {id: a}\n"},
+			[]string{"hotkeyd.yaml:2:", "registry.events must be a list of events"}},
+		{loadCase{name: "event not a mapping", file: "registry:\n  events: [final]\n"},
+			[]string{"hotkeyd.yaml:2:", "registry.events[0] must be a mapping"}},
+		{loadCase{name: "patterns not a list", file: "registry:\n  events:\n    - {id: a, patterns: \"a,b\"}\n"},
+			[]string{"hotkeyd.yaml:3:", "registry.events[0].patterns must be a list of strings"}},
+		{loadCase{name: "lead not a duration", file: "registry:\n  events:\n    - id: a\n      lead: soon\n"},
+			[]string{"hotkeyd.yaml:4:", `registry.events[0].lead: "soon" is not a duration`}},
+		{loadCase{name: "bad time", file: strings.Replace(finalEventYAML, `start: "2026-12-01T19:30:00+01:00"`, "start: 2026-12-01 19:30", 1)},
+			[]string{`registry.events[0].start: "2026-12-01 19:30" is not an RFC 3339 time with a zone`}},
+		{loadCase{name: "time without a zone", file: strings.Replace(finalEventYAML, `end: "2026-12-01T21:30:00+01:00"`, "end: 2026-12-01T21:30:00", 1)},
+			[]string{`registry.events[0].end: "2026-12-01T21:30:00" is not an RFC 3339 time`}},
+		{loadCase{name: "missing times", file: "registry:\n  events:\n    - {id: a, patterns: [a]}\n"},
+			[]string{`registry.events[0].start: "" is empty`, `registry.events[0].end: "" is empty`}},
+		{loadCase{name: "bad pattern", file: strings.Replace(finalEventYAML, `["score:match42"]`, `["*"]`, 1)},
+			[]string{`registry.events[0].patterns[0]: "*" has no literal character`, "allow_broad"}},
+		{loadCase{name: "pattern listed twice", file: strings.Replace(finalEventYAML, `["score:match42"]`, `[a, a]`, 1)},
+			[]string{`registry.events[0].patterns[1]: "a" is listed twice`}},
+		{loadCase{name: "empty pattern is not dropped", file: strings.Replace(finalEventYAML, `["score:match42"]`, `[a, ""]`, 1)},
+			[]string{`registry.events[0].patterns[1]: empty`}},
+		{loadCase{name: "no patterns", file: strings.Replace(finalEventYAML, `["score:match42"]`, `[]`, 1)},
+			[]string{`registry.events[0].patterns: empty`}},
+		{loadCase{name: "end before start", file: strings.Replace(finalEventYAML, "21:30", "18:30", 1)},
+			[]string{`registry.events[0].end: 2026-12-01T18:30:00+01:00 is not after start`}},
+		{loadCase{name: "lead too long", file: strings.Replace(finalEventYAML, "lead: 10m", "lead: 200h", 1)},
+			[]string{`registry.events[0].lead: 200h0m0s: want from 0s to 168h0m0s`}},
+		{loadCase{name: "recurrence without zone", file: strings.Replace(finalEventYAML, "lead: 10m", "recurrence: daily", 1)},
+			[]string{`registry.events[0].zone: required with a recurrence`}},
+		{loadCase{name: "bad mitigation and rate", file: strings.Replace(finalEventYAML, "expected_read_rate: 200000", "expected_read_rate: -1\n      mitigations: [cache]", 1)},
+			[]string{`registry.events[0].expected_read_rate: -1: want a number ≥ 0`, `registry.events[0].mitigations[0]: "cache": want auto, l1`}},
+		{loadCase{name: "rate not a number", file: strings.Replace(finalEventYAML, "expected_read_rate: 200000", "expected_read_rate: .inf", 1)},
+			[]string{`registry.events[0].expected_read_rate: ".inf" is not a number`}},
+		{loadCase{name: "bad id", file: strings.Replace(finalEventYAML, "id: final", "id: The Final", 1)},
+			[]string{`registry.events[0].id: "The Final": want 1 to 64 characters`}},
+		{loadCase{name: "missing id", file: strings.Replace(finalEventYAML, "- id: final\n      name", "- name", 1)},
+			[]string{`registry.events[0].id: "" is empty; give every event of the config file an id`}},
+		{loadCase{name: "id used twice", file: "registry:\n  events:\n" +
+			"    - {id: a, patterns: [a], start: \"2026-12-01T19:30:00Z\", end: \"2026-12-01T20:30:00Z\"}\n" +
+			"    - {id: a, patterns: [b], start: \"2026-12-01T19:30:00Z\", end: \"2026-12-01T20:30:00Z\"}\n"},
+			[]string{`registry.events[1].id: "a" is also the id of registry.events[0]`}},
+		{loadCase{name: "bad events in env", env: map[string]string{"HOTKEYD_REGISTRY_EVENTS": "[{id: a, when: now}]"}},
+			[]string{"HOTKEYD_REGISTRY_EVENTS", `unknown key "registry.events[0].when"`}},
+		{loadCase{name: "env events not YAML", env: map[string]string{"HOTKEYD_REGISTRY_EVENTS": "[{id: a"}},
+			[]string{"HOTKEYD_REGISTRY_EVENTS"}},
+		{loadCase{name: "invalid event from env", env: map[string]string{"HOTKEYD_REGISTRY_EVENTS": `[{id: a, patterns: ["*"], start: "2026-12-01T19:30:00Z", end: "2026-12-01T20:30:00Z"}]`}},
+			[]string{`registry.events[0].patterns[0]: "*" has no literal character`}},
 		{loadCase{name: "file and env problems together", file: "nope: 1\n",
 			env: map[string]string{"HOTKEYD_UDP_READERS": "two"}},
 			[]string{`unknown key "nope"`, "HOTKEYD_UDP_READERS"}},
@@ -311,6 +428,17 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 	}
 	custom.Metrics.HashKeys = true
 	custom.Log = Log{Level: "warn", Format: "json"}
+	custom.Registry.Events = []Event{
+		finalEvent(),
+		{
+			ID: "match42", Name: "Derby: 42 # no comment", Patterns: []string{"score:match42", "odds:[ab]*", "true", " a,b ", "*"},
+			AllowBroad: true, Start: "2026-03-27T19:30:00+01:00", End: "2026-03-27T21:30:00.5+01:00",
+			Lead: 90 * time.Second, Recurrence: "weekly@FRI 19:30", Zone: "Europe/Madrid",
+			ExpectedReadRate: 1.5e6, ExpectedWriteRate: 0.25, Mitigations: []string{"auto"},
+			Owner: "sports", Note: "line one\nline two",
+		},
+		{ID: "sale", Patterns: []string{"sale:*"}, Start: "2026-12-02T12:00:00Z", End: "2026-12-02T13:00:00Z", Recurrence: "cron:0 12 * * *", Zone: "UTC"},
+	}
 
 	for _, tt := range []struct {
 		name string

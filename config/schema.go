@@ -21,6 +21,8 @@ const (
 	kDuration                  // a Go duration: 1s, 500ms
 	kStrings                   // a list of strings; comma-separated when written as text
 	kOverrides                 // a list of Override
+	kEvents                    // a list of Event
+	kList                      // a list of strings kept exactly as written: the lists of an Event
 )
 
 // field is one key of the file: a leaf of Config.
@@ -45,6 +47,8 @@ var (
 	stringsType   = reflect.TypeFor[[]string]()
 	overridesType = reflect.TypeFor[[]Override]()
 	overrideType  = reflect.TypeFor[Override]()
+	eventsType    = reflect.TypeFor[[]Event]()
+	eventType     = reflect.TypeFor[Event]()
 )
 
 // fields lists every key of Config in the order of its declaration. It is computed once
@@ -87,6 +91,8 @@ func kindOf(t reflect.Type) kind {
 		return kStrings
 	case overridesType:
 		return kOverrides
+	case eventsType:
+		return kEvents
 	}
 	switch t.Kind() {
 	case reflect.String:
@@ -165,10 +171,12 @@ func zeroOf(k kind) any {
 		return false
 	case kDuration:
 		return time.Duration(0)
-	case kStrings:
+	case kStrings, kList:
 		return []string{}
 	case kOverrides:
 		return []Override{}
+	case kEvents:
+		return []Event{}
 	}
 	return nil
 }

@@ -128,6 +128,8 @@ func (c Config) Validate() error {
 	v.duration("mitigate.lease", m.Lease, 2*time.Second, time.Hour)
 	v.duration("mitigate.copy_refresh", m.CopyRefresh, 10*time.Millisecond, time.Minute)
 
+	v.events(c.Registry.Events)
+
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")
 

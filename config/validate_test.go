@@ -27,6 +27,7 @@ func TestValidateAccepts(t *testing.T) {
 		{"share of 1", func(c *Config) { c.Hot.Read.Share = 1 }},
 		{"override with one field", func(c *Config) { c.Hot.Overrides = []Override{{Pattern: "a*", WriteShare: 0.5}} }},
 		{"token", func(c *Config) { c.Auth.Token = "Abc-123_~!" }},
+		{"static event", func(c *Config) { c.Registry.Events = []Event{finalEvent()} }},
 		{"limits at their bounds", func(c *Config) {
 			c.Detector.Width, c.Detector.Shards, c.Detector.Depth, c.Detector.TopK = 1<<24, 256, 16, 10000
 		}},
@@ -103,6 +104,21 @@ func TestValidateRejects(t *testing.T) {
 		{"override write_rate", func(c *Config) { c.Hot.Overrides = []Override{{Pattern: "a", WriteRate: nan}} }, "hot.overrides[0].write_rate: NaN is out of range"},
 		{"override write_share", func(c *Config) { c.Hot.Overrides = []Override{{Pattern: "a", WriteShare: -0.1}} }, "hot.overrides[0].write_share: -0.1 is out of range"},
 		{"override sets nothing", func(c *Config) { c.Hot.Overrides = []Override{{Pattern: "a"}} }, `hot.overrides[0]: "a" sets no threshold`},
+		{"event rate NaN", func(c *Config) {
+			e := finalEvent()
+			e.ExpectedWriteRate = nan
+			c.Registry.Events = []Event{e}
+		}, "registry.events[0].expected_write_rate: NaN is out of range"},
+		{"event lead negative", func(c *Config) {
+			e := finalEvent()
+			e.Lead = -time.Minute
+			c.Registry.Events = []Event{e}
+		}, "registry.events[0].lead: -1m0s: want from 0s"},
+		{"second event bad zone", func(c *Config) {
+			e := finalEvent()
+			e.ID, e.Recurrence, e.Zone = "again", "daily", "Mars/Olympus"
+			c.Registry.Events = []Event{finalEvent(), e}
+		}, `registry.events[1].zone: "Mars/Olympus": not a known IANA zone`},
 		{"log.level", func(c *Config) { c.Log.Level = "verbose" }, `log.level: "verbose" is not allowed; use one of debug, info, warn, error`},
 		{"log.format", func(c *Config) { c.Log.Format = "xml" }, `log.format: "xml" is not allowed; use one of text, json`},
 		{"mitigate.modes.copies", func(c *Config) { c.Mitigate.Modes.Copies = "yes" }, `mitigate.modes.copies: "yes" is not allowed; use one of observe, recommend, enforce`},

@@ -68,24 +68,25 @@ func parseFile(name string, data []byte) (map[string]any, error) {
 	return out, nil
 }
 
-// parseOverrides reads the YAML text of HOTKEYD_HOT_OVERRIDES, a list of overrides in flow
-// style: [{pattern: "score:*", read_rate: 5000}].
-func parseOverrides(source, text string) ([]Override, error) {
+// parseList reads the YAML text of a variable holding a list of structs, in flow style:
+// HOTKEYD_HOT_OVERRIDES='[{pattern: "score:*", read_rate: 5000}]' for hot.overrides (kind
+// kOverrides), HOTKEYD_REGISTRY_EVENTS for registry.events (kEvents). Empty text is an
+// empty list.
+func parseList(source, key string, k kind, text string) (any, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
-	d := &decoder{source: source}
-	var out []Override
 	if len(doc.Content) == 0 {
-		return []Override{}, nil
+		return zeroOf(k), nil
 	}
-	v := reflect.ValueOf(&out).Elem()
-	d.leaf(resolve(doc.Content[0]), kOverrides, v, "hot.overrides")
+	d := &decoder{source: source}
+	v := reflect.New(reflect.TypeOf(zeroOf(k))).Elem()
+	d.leaf(resolve(doc.Content[0]), k, v, key)
 	if len(d.errs) > 0 {
 		return nil, errors.Join(d.errs...)
 	}
-	return out, nil
+	return v.Interface(), nil
 }
 
 // resolve follows aliases to the node they stand for.
@@ -156,6 +157,10 @@ func (d *decoder) section(n *yaml.Node, dst reflect.Value, prefix string, set ma
 		seen[name] = kn.Line
 		fv := dst.Field(fi)
 		k := kindOf(fv.Type())
+		if k == kStrings && t == eventType {
+			// Patterns are keys: not split at commas, trimmed or dropped when empty.
+			k = kList
+		}
 		if k == 0 {
 			switch {
 			case isNull(vn):
@@ -221,26 +226,52 @@ func (d *decoder) leaf(n *yaml.Node, k kind, dst reflect.Value, key string) bool
 		}
 		d.fail(n, "%s must be a list of strings, got %s", key, describe(n))
 		return false
-	case kOverrides:
+	case kList:
 		if n.Kind != yaml.SequenceNode {
-			d.fail(n, "%s must be a list of overrides like {pattern: \"score:*\", read_rate: 5000}, got %s", key, describe(n))
+			d.fail(n, "%s must be a list of strings like [\"score:match42\"], got %s", key, describe(n))
 			return false
 		}
-		list := make([]Override, len(n.Content))
+		list := make([]string, 0, len(n.Content))
+		ok := true
+		for i, item := range n.Content {
+			item = resolve(item)
+			if item.Kind != yaml.ScalarNode || isNull(item) {
+				d.fail(item, "%s[%d] must be a string, got %s", key, i, describe(item))
+				ok = false
+				continue
+			}
+			list = append(list, item.Value)
+		}
+		if ok {
+			dst.Set(reflect.ValueOf(list))
+		}
+		return ok
+	case kOverrides, kEvents:
+		like := `{pattern: "score:*", read_rate: 5000}`
+		what := "overrides"
+		if k == kEvents {
+			like = `{id: final, patterns: ["score:match42"], start: "2026-12-01T19:30:00+01:00", end: "2026-12-01T21:30:00+01:00"}`
+			what = "events"
+		}
+		if n.Kind != yaml.SequenceNode {
+			d.fail(n, "%s must be a list of %s like %s, got %s", key, what, like, describe(n))
+			return false
+		}
+		list := reflect.MakeSlice(dst.Type(), len(n.Content), len(n.Content))
 		before := len(d.errs)
 		for i, item := range n.Content {
 			item = resolve(item)
 			ik := fmt.Sprintf("%s[%d]", key, i)
 			if item.Kind != yaml.MappingNode {
-				d.fail(item, "%s must be a mapping like {pattern: \"score:*\", read_rate: 5000}, got %s", ik, describe(item))
+				d.fail(item, "%s must be a mapping like %s, got %s", ik, like, describe(item))
 				continue
 			}
-			d.section(item, reflect.ValueOf(&list[i]).Elem(), ik+".", nil)
+			d.section(item, list.Index(i), ik+".", nil)
 		}
 		if len(d.errs) > before {
 			return false
 		}
-		dst.Set(reflect.ValueOf(list))
+		dst.Set(list)
 		return true
 	}
 	if n.Kind != yaml.ScalarNode {
@@ -273,8 +304,9 @@ func (c Config) YAML() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// encodeStruct encodes a section (or an override) as a mapping node. Zero fields of an
-// override are left out: they inherit.
+// encodeStruct encodes a section, an override or an event as a mapping node. Zero fields
+// of an override are left out (they inherit), and so are the zero optional fields of an
+// event.
 func encodeStruct(v reflect.Value, prefix string) *yaml.Node {
 	m := &yaml.Node{Kind: yaml.MappingNode}
 	t := v.Type()
@@ -282,14 +314,14 @@ func encodeStruct(v reflect.Value, prefix string) *yaml.Node {
 		name := yamlName(t.Field(i))
 		key := prefix + name
 		fv := v.Field(i)
-		if t == overrideType && name != "pattern" && fv.IsZero() {
+		if fv.IsZero() && optional(t, name) {
 			continue
 		}
 		var vn *yaml.Node
 		switch kindOf(fv.Type()) {
 		case 0:
 			vn = encodeStruct(fv, key+".")
-		case kOverrides:
+		case kOverrides, kEvents:
 			vn = &yaml.Node{Kind: yaml.SequenceNode}
 			for j := range fv.Len() {
 				vn.Content = append(vn.Content, encodeStruct(fv.Index(j), key+"[]."))
@@ -312,6 +344,19 @@ func encodeStruct(v reflect.Value, prefix string) *yaml.Node {
 		m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: name}, vn)
 	}
 	return m
+}
+
+// optional reports whether the field name of the list item type t may be left out of
+// YAML when zero: every field but the required ones. Fields of sections are never left
+// out, so that --print-config shows every key.
+func optional(t reflect.Type, name string) bool {
+	switch t {
+	case overrideType:
+		return name != "pattern"
+	case eventType:
+		return name != "id" && name != "patterns" && name != "start" && name != "end"
+	}
+	return false
 }
 
 // scalar encodes a plain Go value as a node; yaml quotes strings that would read as

@@ -12,9 +12,40 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// eventStore opens the registry's store: Redis when addresses are configured and it
-// answers (seeded from the file, if any), else the file, else memory.
+// eventStore opens the registry's store: the events of the config file (registry.events),
+// read-only, merged over the writable store of writableStore.
 func eventStore(ctx context.Context, cfg config.Config, log *slog.Logger) (registry.Store, error) {
+	rw, err := writableStore(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Registry.Events) == 0 {
+		return rw, nil
+	}
+	events := make([]registry.Event, 0, len(cfg.Registry.Events))
+	for i, ce := range cfg.Registry.Events {
+		// Load has validated the events; this decodes them as the API would.
+		data, err := ce.JSON()
+		if err != nil {
+			return nil, fmt.Errorf("registry.events[%d]: %w", i, err)
+		}
+		e, err := registry.DecodeEvent(data)
+		if err != nil {
+			return nil, fmt.Errorf("registry.events[%d]: %w", i, err)
+		}
+		events = append(events, e)
+	}
+	static, err := registry.NewStatic(events)
+	if err != nil {
+		return nil, fmt.Errorf("registry.events: %w", err)
+	}
+	log.Info("registry: events from the config file, read-only", "events", len(events))
+	return registry.Merge(static, rw), nil
+}
+
+// writableStore opens the store that the API writes to: Redis when addresses are
+// configured and it answers (seeded from the file, if any), else the file, else memory.
+func writableStore(ctx context.Context, cfg config.Config, log *slog.Logger) (registry.Store, error) {
 	var file registry.Store
 	if cfg.Registry.File != "" {
 		f, err := registry.OpenFile(cfg.Registry.File, registry.FileOptions{})

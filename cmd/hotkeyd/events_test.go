@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/agent"
+	"github.com/hotkeyd/hotkeyd/config"
+	"github.com/hotkeyd/hotkeyd/registry"
+)
+
+// staticConfig loads a config file with one event in registry.events and the writable
+// registry in a fresh file.
+func staticConfig(t *testing.T) config.Config {
+	t.Helper()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "hotkeyd.yaml")
+	yaml := `
+registry:
+  file: ` + filepath.Join(dir, "registry.json") + `
+  events:
+    - id: final
+      name: the final
+      patterns: ["score:match42"]
+      start: "2026-12-01T19:30:00+01:00"
+      end: "2026-12-01T21:30:00+01:00"
+      lead: 10m
+      expected_read_rate: 200000
+`
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(config.LoadOptions{File: file, Env: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatalf("config.Load: %v", err)
+	}
+	return cfg
+}
+
+func TestEventStoreStaticEvents(t *testing.T) {
+	ctx := context.Background()
+	store, err := eventStore(ctx, staticConfig(t), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("eventStore: %v", err)
+	}
+
+	events, err := store.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 {
+		t.Fatalf("List: got %d events (%+v); want 1", len(events), events)
+	}
+	e := events[0]
+	start := time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC)
+	if e.ID != "final" || e.Name != "the final" || len(e.Patterns) != 1 || e.Patterns[0] != "score:match42" ||
+		!e.Start.Equal(start) || !e.End.Equal(start.Add(2*time.Hour)) ||
+		time.Duration(e.Lead) != 10*time.Minute || e.ExpectedReadRate != 200000 {
+		t.Errorf("List: got %+v; want the event of the config file", e)
+	}
+	if auto, _ := e.Kinds(); !auto {
+		t.Errorf("mitigations: got %q; want auto", e.Mitigations)
+	}
+
+	if err := store.Delete(ctx, "final"); !errors.Is(err, registry.ErrReadOnly) {
+		t.Errorf("Delete(final): got %v; want ErrReadOnly", err)
+	}
+	e.Note = "changed"
+	if _, _, err := store.Put(ctx, e); !errors.Is(err, registry.ErrReadOnly) {
+		t.Errorf("Put(final): got %v; want ErrReadOnly", err)
+	}
+	if _, err := store.Create(ctx, e); !errors.Is(err, registry.ErrExists) {
+		t.Errorf("Create(final): got %v; want ErrExists", err)
+	}
+
+	// The writable store behind it still takes events.
+	other := e
+	other.ID, other.Note = "semi", ""
+	if _, err := store.Create(ctx, other); err != nil {
+		t.Fatalf("Create(semi): %v", err)
+	}
+	if err := store.Delete(ctx, "semi"); err != nil {
+		t.Errorf("Delete(semi): got %v; want nil", err)
+	}
+	if got, err := store.Get(ctx, "final"); err != nil || got.Note != "" {
+		t.Errorf("Get(final): got %+v, %v; want the unchanged event", got, err)
+	}
+}
+
+// TestEventStoreStaticOverHTTP checks what an operator sees: the API lists the config
+// file's event and answers 409 to DELETE and PUT of it.
+func TestEventStoreStaticOverHTTP(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	store, err := eventStore(context.Background(), staticConfig(t), log)
+	if err != nil {
+		t.Fatalf("eventStore: %v", err)
+	}
+	a, err := agent.New(agent.Options{HTTPListen: "127.0.0.1:0", Events: store, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	url := "http://" + a.HTTPAddr().String() + "/v1/registry/final"
+
+	do := func(method, body string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := do(http.MethodGet, ""); got != http.StatusOK {
+		t.Errorf("GET: got %d; want 200", got)
+	}
+	if got := do(http.MethodDelete, ""); got != http.StatusConflict {
+		t.Errorf("DELETE: got %d; want 409", got)
+	}
+	put := `{"patterns": ["score:match43"], "start": "2026-12-01T19:30:00Z", "end": "2026-12-01T21:30:00Z"}`
+	if got := do(http.MethodPut, put); got != http.StatusConflict {
+		t.Errorf("PUT: got %d; want 409", got)
+	}
+	if got := do(http.MethodGet, ""); got != http.StatusOK {
+		t.Errorf("GET after DELETE: got %d; want 200", got)
+	}
+}
