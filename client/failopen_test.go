@@ -108,7 +108,8 @@ func TestFailOpenAgentErrors(t *testing.T) {
 func TestFailOpenKeepsPlan(t *testing.T) {
 	srv := redistest.Start(t)
 	ps := startPlanServer(t)
-	ps.publish(l1Entry("fo:kept", 10*time.Second, 400*time.Millisecond))
+	// A lease long enough that a loaded machine cannot run it out before the reads below.
+	ps.publish(l1Entry("fo:kept", 10*time.Second, 3*time.Second))
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
 	c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true})
@@ -131,7 +132,7 @@ func TestFailOpenKeepsPlan(t *testing.T) {
 	if got := redisGets(t, srv.Addr()) - before; got != 1 {
 		t.Fatalf("agent failing, lease running: %d Redis GETs for 10 reads; want 1 (plan kept)", got)
 	}
-	time.Sleep(time.Until(taken.Add(450 * time.Millisecond)))
+	time.Sleep(time.Until(taken.Add(3100 * time.Millisecond)))
 	if c.Stats().Plan.Errors == 0 {
 		t.Error("no fetch error counted")
 	}
