@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -166,42 +167,20 @@ func blocking(name string) bool {
 
 // keyRange is sampler.Command.KeyRange on go-redis arguments.
 func keyRange(c sampler.Command, args []any) (first, last, step int, ok bool) {
-	n := len(args)
-	if c.NumKeysAt > 0 {
-		if c.NumKeysAt >= n {
-			return 0, 0, 0, false
-		}
-		var k int
+	numKeys := -1
+	if c.NumKeysAt > 0 && c.NumKeysAt < len(args) {
 		switch v := args[c.NumKeysAt].(type) {
 		case int:
-			k = v
+			numKeys = v
 		case int64:
-			k = int(v)
+			numKeys = int(v)
 		default:
-			str := argString(v)
-			if str == "" || len(str) > 9 {
-				return 0, 0, 0, false
-			}
-			for _, ch := range str {
-				if ch < '0' || ch > '9' {
-					return 0, 0, 0, false
-				}
-				k = k*10 + int(ch-'0')
+			if k, err := strconv.Atoi(argString(v)); err == nil {
+				numKeys = k
 			}
 		}
-		if k <= 0 || c.NumKeysAt+k >= n {
-			return 0, 0, 0, false
-		}
-		return c.NumKeysAt + 1, c.NumKeysAt + k, 1, true
 	}
-	first, last, step = c.First, c.Last, c.Step
-	if last < 0 {
-		last = n + last
-	}
-	if first <= 0 || first >= n || last < first || last >= n || step <= 0 {
-		return 0, 0, 0, false
-	}
-	return first, last, step, true
+	return c.KeyRangeOf(len(args), numKeys)
 }
 
 // argString returns an argument as Redis receives it.

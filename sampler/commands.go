@@ -20,16 +20,24 @@ type Command struct {
 // KeyRange returns the indexes into args of this command's keys: first ≤ i ≤ last, in
 // steps of step. ok is false when args has no key (too short, bad numkeys).
 func (c Command) KeyRange(args [][]byte) (first, last, step int, ok bool) {
-	n := len(args)
+	numKeys := -1
+	if c.NumKeysAt > 0 && c.NumKeysAt < len(args) {
+		if k, err := strconv.Atoi(string(args[c.NumKeysAt])); err == nil {
+			numKeys = k
+		}
+	}
+	return c.KeyRangeOf(len(args), numKeys)
+}
+
+// KeyRangeOf is KeyRange for a command of n arguments (the name included) whose
+// argument at NumKeysAt holds numKeys (-1 when it is not a number; ignored by commands
+// without NumKeysAt). Callers with arguments in another form (go-redis's []any) use it.
+func (c Command) KeyRangeOf(n, numKeys int) (first, last, step int, ok bool) {
 	if c.NumKeysAt > 0 {
-		if c.NumKeysAt >= n {
+		if c.NumKeysAt >= n || numKeys <= 0 || c.NumKeysAt+numKeys >= n {
 			return 0, 0, 0, false
 		}
-		k, err := strconv.Atoi(string(args[c.NumKeysAt]))
-		if err != nil || k <= 0 || c.NumKeysAt+k >= n {
-			return 0, 0, 0, false
-		}
-		return c.NumKeysAt + 1, c.NumKeysAt + k, 1, true
+		return c.NumKeysAt + 1, c.NumKeysAt + numKeys, 1, true
 	}
 	first, last, step = c.First, c.Last, c.Step
 	if last < 0 {
