@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/agent"
+	"github.com/hotkeyd/hotkeyd/internal/agenttest"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/sampler"
 	"github.com/redis/go-redis/v9"
@@ -178,25 +178,7 @@ func TestPanelsAgainstPrometheus(t *testing.T) {
 // startAgent runs an agent on loopback ports with the given Redis, until the test ends.
 func startAgent(t *testing.T, redisAddrs []string) *agent.Agent {
 	t.Helper()
-	a, err := agent.New(agent.Options{
-		HTTPListen: "127.0.0.1:0",
-		UDPListen:  "127.0.0.1:0",
-		RedisAddrs: redisAddrs,
-		Logger:     slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent Run: %v", err)
-		}
-	})
-	return a
+	return agenttest.Run(t, agent.Options{UDPListen: "127.0.0.1:0", RedisAddrs: redisAddrs})
 }
 
 // startTraffic feeds the agent until the test ends: every 10 ms, 50 reads over 1,000

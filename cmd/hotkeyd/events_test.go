@@ -13,6 +13,7 @@ import (
 
 	"github.com/hotkeyd/hotkeyd/agent"
 	"github.com/hotkeyd/hotkeyd/config"
+	"github.com/hotkeyd/hotkeyd/internal/agenttest"
 	"github.com/hotkeyd/hotkeyd/registry"
 )
 
@@ -102,14 +103,8 @@ func TestEventStoreStaticOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatalf("eventStore: %v", err)
 	}
-	a, err := agent.New(agent.Options{HTTPListen: "127.0.0.1:0", Events: store, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	a := agenttest.Run(t, agent.Options{Events: store})
+	ctx := context.Background()
 	url := "http://" + a.HTTPAddr().String() + "/v1/registry/final"
 
 	do := func(method, body string) int {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/agent"
+	"github.com/hotkeyd/hotkeyd/internal/agenttest"
 	"github.com/hotkeyd/hotkeyd/sampler"
 )
 
@@ -59,14 +59,8 @@ func TestPrintConfig(t *testing.T) {
 }
 
 func TestTopOnce(t *testing.T) {
-	a, err := agent.New(agent.Options{HTTPListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	a := agenttest.Run(t, agent.Options{})
+	ctx := context.Background()
 	a.Accept(sampler.Batch{Source: "t", Rate: 0.01, Samples: []sampler.Sample{{Key: []byte("score:match42"), Op: sampler.OpRead, Count: 50}}})
 	out, _, err := runCmd(t, ctx, "top", "--once", "--addr", "http://"+a.HTTPAddr().String())
 	if err != nil {
@@ -161,17 +155,11 @@ func TestServeStopsOnSIGTERM(t *testing.T) {
 
 // TestRegistryCLI drives hotkeyd registry add, list, show and rm against a real agent.
 func TestRegistryCLI(t *testing.T) {
-	a, err := agent.New(agent.Options{HTTPListen: "127.0.0.1:0", AuthToken: "tk", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	a := agenttest.Run(t, agent.Options{AuthToken: "tk"})
+	ctx := context.Background()
 	addr := "http://" + a.HTTPAddr().String()
 
-	_, _, err = runCmd(t, ctx, "registry", "add", "--addr", addr, "--id", "final", "--pattern", "score:match42",
+	_, _, err := runCmd(t, ctx, "registry", "add", "--addr", addr, "--id", "final", "--pattern", "score:match42",
 		"--start", "2026-12-01T19:30:00+01:00", "--end", "2026-12-01T21:30:00+01:00", "--lead", "10m")
 	if err == nil || !strings.Contains(err.Error(), "authorization") {
 		t.Errorf("add without a token: %v; want an authorization error", err)
