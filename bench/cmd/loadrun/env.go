@@ -168,11 +168,33 @@ func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
 // waitTCP waits up to 10s for a TCP port to accept, or for p to die.
 func waitTCP(ctx context.Context, p *proc, address string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	return waitReady(ctx, p, address+" not accepting", func() bool {
 		c, err := net.DialTimeout("tcp", address, time.Second)
 		if err == nil {
 			c.Close()
+		}
+		return err == nil
+	})
+}
+
+// waitHTTP waits up to 10s for url to answer 200.
+func waitHTTP(ctx context.Context, p *proc, url string) error {
+	return waitReady(ctx, p, url+" not ready", func() bool {
+		r, err := httpClient.Get(url)
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == 200
+	})
+}
+
+// waitReady polls ready every 20ms for up to 10s, giving up early if p exits or ctx ends;
+// notReady describes the failure.
+func waitReady(ctx context.Context, p *proc, notReady string, ready func() bool) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if ready() {
 			return nil
 		}
 		select {
@@ -183,28 +205,7 @@ func waitTCP(ctx context.Context, p *proc, address string) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("%s: %s not accepting after 10s: %s", p.name, address, p.tail())
-}
-
-// waitHTTP waits up to 10s for url to answer 200.
-func waitHTTP(ctx context.Context, p *proc, url string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if r, err := httpClient.Get(url); err == nil {
-			r.Body.Close()
-			if r.StatusCode == 200 {
-				return nil
-			}
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited: %s", p.name, p.tail())
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("%s: %s not ready after 10s: %s", p.name, url, p.tail())
+	return fmt.Errorf("%s: %s after 10s: %s", p.name, notReady, p.tail())
 }
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
