@@ -558,20 +558,26 @@ func (p *Proxy) flusher() {
 				p.deliver(b)
 			}
 		case <-p.stop:
-			for {
-				select {
-				case b := <-p.batches.full:
-					p.deliver(b)
-					continue
-				default:
-				}
-				break
-			}
-			if b := p.batches.take(); b != nil {
-				p.deliver(b)
-			}
+			p.drain()
 			return
 		}
+	}
+}
+
+// drain delivers whatever the batcher holds: the full batches waiting, then the one
+// being filled.
+func (p *Proxy) drain() {
+	for {
+		select {
+		case b := <-p.batches.full:
+			p.deliver(b)
+			continue
+		default:
+		}
+		break
+	}
+	if b := p.batches.take(); b != nil {
+		p.deliver(b)
 	}
 }
 

@@ -21,21 +21,8 @@ func newTestProxyConn(t testing.TB, every int) *proxyConn {
 	return pc
 }
 
-// flushTestBatches delivers whatever the batcher holds, as the flusher would.
-func flushTestBatches(p *Proxy) {
-	for {
-		select {
-		case b := <-p.batches.full:
-			p.deliver(b)
-			continue
-		default:
-		}
-		break
-	}
-	if b := p.batches.take(); b != nil {
-		p.deliver(b)
-	}
-}
+// flushTestBatches delivers whatever the batcher holds, as the flusher does on Close.
+func flushTestBatches(p *Proxy) { p.drain() }
 
 func TestProxySampleAllocs(t *testing.T) {
 	for _, every := range []int{1, 100} {
