@@ -365,3 +365,21 @@ func TestAcceptAllocs(t *testing.T) {
 		t.Errorf("Accept of 50 samples: %v allocations; want 0", n)
 	}
 }
+
+// TestKeyHistory: /v1/keys/{key} carries one point a second while the key is ranked.
+func TestKeyHistory(t *testing.T) {
+	a, c, h := newTestAgent(t, Options{History: 3})
+	feed(a, c, "score:match42", 5000, 5*time.Second)
+	k := decode[Key](t, do(t, h, "GET", "/v1/keys/score:match42", ""))
+	if len(k.History) != 3 {
+		t.Fatalf("history %+v; want the last 3 seconds", k.History)
+	}
+	for i, p := range k.History {
+		if i > 0 && p.At.Sub(k.History[i-1].At) != time.Second {
+			t.Errorf("points %v and %v are not a second apart", k.History[i-1].At, p.At)
+		}
+		if p.ReadRate < 4000 || !p.Hot {
+			t.Errorf("point %+v; want about 5,000 reads/s, hot", p)
+		}
+	}
+}

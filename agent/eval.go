@@ -52,38 +52,40 @@ type Point struct {
 // histories keeps the last n one-second points of the ranked and hot keys.
 type histories struct {
 	n    int
-	last time.Time // second of the last Point
+	last time.Time // second of the last point
 	keys map[string][]Point
+	view map[string][]Point // copy of keys for the views, made once a second
 }
 
 func newHistories(n int) *histories { return &histories{n: n, keys: map[string][]Point{}} }
 
-// add records a Point for each level once a second and forgets keys that are neither
-// ranked nor hot; it returns copies for the view.
+// add records a point for each level once a second and forgets keys that are neither
+// ranked nor hot; it returns a copy for the views, the same one until the next second.
 func (h *histories) add(now time.Time, levels []detector.Level) map[string][]Point {
 	sec := now.Truncate(time.Second)
-	if sec.After(h.last) {
-		h.last = sec
-		seen := make(map[string]bool, len(levels))
-		for _, l := range levels {
-			seen[l.Key.Key] = true
-			p := h.keys[l.Key.Key]
-			if len(p) == h.n {
-				p = append(p[:0], p[1:]...)
-			}
-			h.keys[l.Key.Key] = append(p, Point{At: sec, ReadRate: l.ReadRate, WriteRate: l.WriteRate, Hot: l.Hot})
+	if !sec.After(h.last) && h.view != nil {
+		return h.view
+	}
+	h.last = sec
+	seen := make(map[string]bool, len(levels))
+	for _, l := range levels {
+		seen[l.Key.Key] = true
+		p := h.keys[l.Key.Key]
+		if len(p) == h.n {
+			p = append(p[:0], p[1:]...)
 		}
-		for k := range h.keys {
-			if !seen[k] {
-				delete(h.keys, k)
-			}
+		h.keys[l.Key.Key] = append(p, Point{At: sec, ReadRate: l.ReadRate, WriteRate: l.WriteRate, Hot: l.Hot})
+	}
+	for k := range h.keys {
+		if !seen[k] {
+			delete(h.keys, k)
 		}
 	}
-	out := make(map[string][]Point, len(h.keys))
+	h.view = make(map[string][]Point, len(h.keys))
 	for k, p := range h.keys {
-		out[k] = append([]Point(nil), p...)
+		h.view[k] = append([]Point(nil), p...)
 	}
-	return out
+	return h.view
 }
 
 // loop evaluates the window every tick until ctx ends.
