@@ -150,6 +150,11 @@ func New(o Options) (*Agent, error) {
 		o.Events = registry.NewMemory(registry.MemoryOptions{})
 	}
 	a.events.store = o.Events
+	empty, err := registry.NewIndex(nil, registry.IndexOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a.index.Store(empty) // until the store is first read
 	if a.events.tracker, err = registry.NewTracker(registry.TrackerOptions{}); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}

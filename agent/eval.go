@@ -139,11 +139,9 @@ func (a *Agent) evaluate() {
 		planVersion: a.store.Current().Version,
 		predicted:   predicted,
 	}
-	if x := a.index.Load(); x != nil {
-		for _, arm := range x.Armed(now) {
-			if r, ok := a.events.tracker.Report(arm.Event.ID, now); ok {
-				v.reports = append(v.reports, r)
-			}
+	for _, arm := range a.index.Load().Armed(now) {
+		if r, ok := a.events.tracker.Report(arm.Event.ID, now); ok {
+			v.reports = append(v.reports, r)
 		}
 	}
 	if st := a.redis.Load(); st != nil {

@@ -23,6 +23,7 @@ type events struct {
 	store     registry.Store
 	tracker   *registry.Tracker
 	version   uint64    // store version the index was built from
+	loaded    bool      // the index was built from the store at least once
 	checked   time.Time // last time the store version was read
 	lastError string    // last index error logged, to log each once
 }
@@ -31,7 +32,7 @@ type events struct {
 // once a second (a Redis store costs a round trip).
 func (a *Agent) refreshIndex(now time.Time) {
 	ev := &a.events
-	if now.Sub(ev.checked) < time.Second && a.index.Load() != nil {
+	if now.Sub(ev.checked) < time.Second {
 		return
 	}
 	ev.checked = now
@@ -42,7 +43,7 @@ func (a *Agent) refreshIndex(now time.Time) {
 		a.log.Warn("registry: reading the version", "err", err)
 		return
 	}
-	if v == ev.version && a.index.Load() != nil {
+	if v == ev.version && ev.loaded {
 		return
 	}
 	list, err := ev.store.List(ctx)
@@ -50,7 +51,7 @@ func (a *Agent) refreshIndex(now time.Time) {
 		var x *registry.Index
 		if x, err = registry.NewIndex(list, registry.IndexOptions{CoolDown: a.coolDown()}); err == nil {
 			a.index.Store(x)
-			ev.version = v
+			ev.version, ev.loaded = v, true
 			a.log.Info("registry loaded", "events", x.Len(), "version", v)
 			return
 		}
@@ -76,7 +77,7 @@ func (a *Agent) coolDown() time.Duration {
 func (a *Agent) predict(now time.Time, levels []detector.Level, covered time.Duration) ([]mitigate.KeyStats, map[string][]string) {
 	x := a.index.Load()
 	stats := keyStats(levels, covered)
-	if x == nil || x.Len() == 0 {
+	if x.Len() == 0 {
 		return stats, nil
 	}
 	by := make(map[string][]string)
@@ -121,9 +122,6 @@ func (a *Agent) predict(now time.Time, levels []detector.Level, covered time.Dur
 // surprises: keys that turned hot with no armed event predicting them.
 func (a *Agent) observe(now time.Time, levels []detector.Level) int {
 	x := a.index.Load()
-	if x == nil {
-		x, _ = registry.NewIndex(nil, registry.IndexOptions{})
-	}
 	obs := make([]registry.Observation, len(levels))
 	for i, l := range levels {
 		obs[i] = registry.Observation{Key: l.Key.Key, ReadRate: l.ReadRate, WriteRate: l.WriteRate, Hot: l.Hot}
