@@ -374,6 +374,7 @@ func startRedis(ctx context.Context, bin string) (stop func(), addr string, err 
 	}
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, "", err
