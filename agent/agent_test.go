@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/hotkeyd/hotkeyd/internal/leaktest"
 	"io"
 	"log/slog"
 	"net"
@@ -331,14 +332,7 @@ func TestRunUDPAndShutdown(t *testing.T) {
 		t.Fatal("Run did not return 10 s after cancel")
 	}
 	http.DefaultClient.CloseIdleConnections()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines after Run returned; want at most %d as before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	leaktest.Wait(t, before)
 }
 
 // waitFor polls cond for up to 10 s.

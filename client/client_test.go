@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hotkeyd/hotkeyd/internal/leaktest"
 	"runtime"
 	"strings"
 	"sync"
@@ -66,12 +67,26 @@ func waitVersion(t *testing.T, c *Client, v uint64) {
 	waitFor(t, func() bool { return c.Stats().Plan.Version == v })
 }
 
+// suiteTest is one test of a suite, run against every implementation.
+type suiteTest struct {
+	name string
+	run  func(t *testing.T, im impl)
+}
+
+// runSuite runs every test against a standalone client and a cluster client.
+func runSuite(t *testing.T, tests []suiteTest) {
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) { tc.run(t, im) })
+			}
+		})
+	}
+}
+
 // TestSuite runs the same tests against a standalone client and a cluster client.
 func TestSuite(t *testing.T) {
-	tests := []struct {
-		name string
-		run  func(t *testing.T, im impl)
-	}{
+	runSuite(t, []suiteTest{
 		{"L1Hits", testL1Hits},
 		{"Stampede", testStampede},
 		{"FailedLoadNotCached", testFailedLoadNotCached},
@@ -81,14 +96,7 @@ func TestSuite(t *testing.T) {
 		{"Unmirrored", testUnmirrored},
 		{"PlainCommands", testPlainCommands},
 		{"CloseLeaksNothing", testCloseLeaksNothing},
-	}
-	for _, im := range impls(t) {
-		t.Run(im.name, func(t *testing.T) {
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) { tc.run(t, im) })
-			}
-		})
-	}
+	})
 }
 
 // testL1Hits: with an L1 entry, 200 GETs of the key cost Redis one read, and all return
@@ -480,7 +488,7 @@ func testCloseLeaksNothing(t *testing.T, im impl) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitGoroutines(t, base)
+	leaktest.Wait(t, base)
 	// The hooks pass commands through after Close.
 	if err := rdb.Set(ctx, "l1:leak", "after", 0).Err(); err != nil {
 		t.Fatal(err)

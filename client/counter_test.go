@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"github.com/hotkeyd/hotkeyd/internal/leaktest"
 	"runtime"
 	"strings"
 	"sync"
@@ -61,22 +62,12 @@ func leftovers(t *testing.T, im impl) []string {
 
 // TestCounterSuite runs the Counter's tests against a standalone and a cluster client.
 func TestCounterSuite(t *testing.T) {
-	tests := []struct {
-		name string
-		run  func(t *testing.T, im impl)
-	}{
+	runSuite(t, []suiteTest{
 		{"ExactAcrossPlans", testCounterExactAcrossPlans},
 		{"Batched", testCounterBatched},
 		{"FlushErrors", testCounterFlushErrors},
 		{"CloseLeaksNothing", testCounterCloseLeaksNothing},
-	}
-	for _, im := range impls(t) {
-		t.Run(im.name, func(t *testing.T) {
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) { tc.run(t, im) })
-			}
-		})
-	}
+	})
 }
 
 // testCounterExactAcrossPlans is the proof: 8 goroutines × 2,000 Adds of 1 while
@@ -349,7 +340,7 @@ func testCounterCloseLeaksNothing(t *testing.T, im impl) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitGoroutines(t, base)
+	leaktest.Wait(t, base)
 	if v := rdb.Get(ctx, "leak:n").Val(); v != "400" {
 		t.Errorf("leak:n = %q after Close; want 400", v)
 	}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"github.com/hotkeyd/hotkeyd/internal/leaktest"
 	"math"
 	"net"
 	"runtime"
@@ -317,7 +318,7 @@ func TestCloseFlushes(t *testing.T) {
 		t.Errorf("stats %+v; want 2 sampled and sent", st)
 	}
 	agent.Close()
-	waitGoroutines(t, before)
+	leaktest.Wait(t, before)
 }
 
 func TestNewReporterErrors(t *testing.T) {
@@ -406,20 +407,6 @@ func closedPort(t *testing.T) string {
 	addr := c.LocalAddr().String()
 	c.Close()
 	return addr
-}
-
-// waitGoroutines fails the test when, within 2s, the goroutine count does not fall back
-// to at most n.
-func waitGoroutines(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("got %d goroutines; want at most %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestAgentUnreachableHook(t *testing.T) {

@@ -2,6 +2,7 @@ package mitigate
 
 import (
 	"context"
+	"github.com/hotkeyd/hotkeyd/internal/leaktest"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -278,13 +279,6 @@ func TestExecutorNoLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("goroutines: got %d; want ≤ %d\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	leaktest.Wait(t, before)
 	b.noneLeft(t, "{hk:copy*")
 }

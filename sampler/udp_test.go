@@ -3,6 +3,7 @@ package sampler
 import (
 	"context"
 	"fmt"
+	"github.com/hotkeyd/hotkeyd/internal/leaktest"
 	"net"
 	"runtime"
 	"slices"
@@ -55,23 +56,9 @@ func startUDP(t *testing.T, opts UDPOptions) (*UDPServer, *net.UDPConn) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("Serve did not return within 5s of Close")
 		}
-		udpWaitGoroutines(t, before)
+		leaktest.Wait(t, before)
 	})
 	return srv, conn
-}
-
-// udpWaitGoroutines fails the test when, within 2s, the goroutine count does not fall back
-// to at most n.
-func udpWaitGoroutines(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("got %d goroutines; want at most %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // udpWaitFor polls cond for up to 5s.
@@ -201,7 +188,7 @@ func TestUDPServerLifecycle(t *testing.T) {
 	if err := srv.Serve(context.Background()); err != nil {
 		t.Errorf("Serve after Close: got %v; want nil", err)
 	}
-	udpWaitGoroutines(t, before)
+	leaktest.Wait(t, before)
 }
 
 func TestNewUDPServerErrors(t *testing.T) {
