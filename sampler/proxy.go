@@ -49,6 +49,11 @@ type ProxyOptions struct {
 	// Seed seeds the sampling draws; each connection mixes in its sequence number.
 	// Default 0.
 	Seed uint64
+	// ConnPerClient turns multiplexing off: every client gets its own connection to
+	// Upstream from the start, and the proxy is a plain TCP relay that reads a copy of
+	// the commands. By default the proxy carries clients' plain commands over one shared
+	// connection (see Proxy).
+	ConnPerClient bool
 	// Logger receives connection errors at debug level and accept errors at warn level.
 	// Default: none.
 	Logger *slog.Logger
@@ -103,6 +108,11 @@ type Proxy struct {
 	log      *slog.Logger
 	batches  *proxyBatcher
 
+	multiplex  bool
+	muxMu      sync.Mutex   // guards mux and muxRetryAt
+	mux        *muxUpstream // the shared upstream connection, or nil
+	muxRetryAt time.Time    // no shared connection before then
+
 	ctx    context.Context // cancelled by Close; bounds dials
 	cancel context.CancelFunc
 
@@ -148,17 +158,18 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 			o.MaxKeyBytes, respMaxInline, DefaultProxyMaxKeyBytes)
 	}
 	p := &Proxy{
-		upstream: orDefault(o.Upstream, DefaultProxyUpstream),
-		every:    orDefault(o.SampleEvery, DefaultProxySampleEvery),
-		source:   orDefault(o.Source, DefaultProxySource),
-		sink:     o.Sink,
-		bufSize:  orDefault(o.BufferSize, DefaultProxyBufferSize),
-		maxKey:   orDefault(o.MaxKeyBytes, DefaultProxyMaxKeyBytes),
-		interval: orDefault(o.FlushInterval, DefaultProxyFlushInterval),
-		seed:     o.Seed,
-		log:      o.Logger,
-		conns:    make(map[*proxyConn]struct{}),
-		stop:     make(chan struct{}),
+		upstream:  orDefault(o.Upstream, DefaultProxyUpstream),
+		every:     orDefault(o.SampleEvery, DefaultProxySampleEvery),
+		source:    orDefault(o.Source, DefaultProxySource),
+		sink:      o.Sink,
+		bufSize:   orDefault(o.BufferSize, DefaultProxyBufferSize),
+		maxKey:    orDefault(o.MaxKeyBytes, DefaultProxyMaxKeyBytes),
+		interval:  orDefault(o.FlushInterval, DefaultProxyFlushInterval),
+		seed:      o.Seed,
+		log:       o.Logger,
+		multiplex: !o.ConnPerClient,
+		conns:     make(map[*proxyConn]struct{}),
+		stop:      make(chan struct{}),
 	}
 	if _, _, err := net.SplitHostPort(p.upstream); err != nil {
 		return nil, fmt.Errorf("sampler: ProxyOptions.Upstream %q: must be host:port: %v", p.upstream, err)
@@ -252,6 +263,7 @@ func (p *Proxy) Close() error {
 		}
 		p.mu.Unlock()
 		p.cancel()
+		p.closeShared()
 		_ = p.ln.Close()
 		p.wg.Wait()
 		close(p.stop) // no connection adds samples any more: the flusher takes the last
@@ -272,6 +284,22 @@ func (p *Proxy) track(pc *proxyConn) bool {
 	return true
 }
 
+// goTracked runs f on a goroutine that Close waits for; false, not running f, when the
+// proxy is closed.
+func (p *Proxy) goTracked(f func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		f()
+	}()
+	return true
+}
+
 func (p *Proxy) untrack(pc *proxyConn) {
 	p.mu.Lock()
 	delete(p.conns, pc)
@@ -289,11 +317,21 @@ func (p *Proxy) setUpstream(pc *proxyConn, up net.Conn) bool {
 	return true
 }
 
-// proxyConn is one client connection and its upstream connection.
+// proxyConn is one client connection and its upstream connection: the shared one at
+// first (see runShared), its own once pinned.
 type proxyConn struct {
-	p      *Proxy
-	client net.Conn
-	up     net.Conn // set once dialled; guarded by p.mu until then
+	p         *Proxy
+	client    net.Conn
+	rawClient syscall.RawConn // for writes that do not wait; nil when client has none
+	up        net.Conn        // its own upstream, set once dialled; guarded by p.mu until then
+
+	// Replies from the shared connection.
+	wmu      sync.Mutex
+	settled  sync.Cond // signalled when owed reaches 0, the backlog shrinks, or gone
+	owed     int       // replies the shared connection owes the client
+	backlog  []byte    // reply bytes the client's socket had no room for yet
+	flushing bool      // flush is writing backlog
+	gone     bool      // the client is closed: replies are dropped
 
 	parser  *RESPParser
 	broken  bool // the stream did not parse; sampling stopped
@@ -317,6 +355,24 @@ func (pc *proxyConn) run() {
 		p.untrack(pc)
 		pc.closeBoth()
 	}()
+	setNoDelay(pc.client)
+	if sc, ok := pc.client.(syscall.Conn); ok {
+		pc.rawClient, _ = sc.SyscallConn()
+	}
+	pc.settled.L = &pc.wmu
+	n := p.nconn.Add(1)
+	pc.rng.Seed(p.seed, n*0x9e3779b97f4a7c15)
+	pc.parser, _ = NewRESPParser(RESPOptions{MaxArgBytes: p.maxKey})
+	pc.skip = pc.draw()
+
+	buf := make([]byte, p.bufSize)
+	var rest []byte
+	if u := p.shared(); u != nil {
+		var pin bool
+		if rest, pin = pc.runShared(u, buf); !pin {
+			return
+		}
+	}
 	up, err := p.dialer.DialContext(p.ctx, "tcp", p.upstream)
 	if err != nil {
 		p.log.Debug("proxy: dial upstream", "upstream", p.upstream, "err", err)
@@ -326,20 +382,20 @@ func (pc *proxyConn) run() {
 		_ = up.Close()
 		return
 	}
-	setNoDelay(pc.client)
 	setNoDelay(up)
-
-	n := p.nconn.Add(1)
-	pc.rng.Seed(p.seed, n*0x9e3779b97f4a7c15)
-	pc.parser, _ = NewRESPParser(RESPOptions{MaxArgBytes: p.maxKey})
-	pc.skip = pc.draw()
+	if len(rest) > 0 {
+		if _, err := up.Write(rest); err != nil {
+			p.log.Debug("proxy: write upstream", "err", err)
+			return
+		}
+	}
 
 	back := make(chan struct{})
 	go func() {
 		defer close(back)
 		pc.toClient()
 	}()
-	pc.toServer()
+	pc.toServer(buf)
 	<-back
 }
 
@@ -350,8 +406,7 @@ func setNoDelay(c net.Conn) {
 }
 
 // toServer forwards client to server and samples its copy of the bytes.
-func (pc *proxyConn) toServer() {
-	buf := make([]byte, pc.p.bufSize)
+func (pc *proxyConn) toServer(buf []byte) {
 	err, werr := pump(pc.up, pc.client, buf, pc.parse)
 	if werr != nil {
 		pc.p.log.Debug("proxy: write upstream", "err", werr)
@@ -375,41 +430,56 @@ func (pc *proxyConn) toClient() {
 
 // pump copies src to dst through buf, handing each chunk to seen (when not nil) after it
 // was written, until src ends (err io.EOF), reading fails (err), or writing fails (werr).
+func pump(dst, src net.Conn, buf []byte, seen func([]byte)) (err, werr error) {
+	err = readInto(src, func() []byte { return buf }, func(n int) bool {
+		if _, werr = dst.Write(buf[:n]); werr != nil {
+			return false
+		}
+		if seen != nil {
+			seen(buf[:n])
+		}
+		return true
+	})
+	if werr != nil {
+		err = nil
+	}
+	return err, werr
+}
+
+// readInto reads src into the buffer that next returns, handing got each read's length,
+// until got returns false (err nil), src ends (err io.EOF) or reading fails.
 //
 // A request–response protocol leaves each direction of a connection empty right after
 // each message: the client waits for its reply before it sends more. A loop of
 // net.Conn.Read tries read(2) first and waits for the poller only on EAGAIN, so every
-// message costs a second read(2) that finds nothing. pump reads inside
-// syscall.RawConn.Read instead, and when a read returned less than buf (the socket was
-// empty then), it goes straight to the poller: Go's netpoll is edge-triggered and
-// remembers an edge that came while nobody waited, so no byte is missed, and staying
+// message costs a second read(2) that finds nothing. readInto reads inside
+// syscall.RawConn.Read instead, and when a read returned less than it asked for (the
+// socket was empty then), it goes straight to the poller: Go's netpoll is edge-triggered
+// and remembers an edge that came while nobody waited, so no byte is missed, and staying
 // inside one RawConn.Read call keeps that memory (each new Read would reset it). A read
-// that filled buf may have left bytes behind: then it reads again at once. A src that is
-// not a syscall.Conn is copied with plain reads.
-func pump(dst, src net.Conn, buf []byte, seen func([]byte)) (err, werr error) {
+// that filled the buffer may have left bytes behind: then it reads again at once. A src
+// that is not a syscall.Conn is read with plain reads.
+func readInto(src net.Conn, next func() []byte, got func(n int) bool) (err error) {
 	var raw syscall.RawConn
 	if sc, ok := src.(syscall.Conn); ok && runtime.GOOS != "windows" { // Windows polls otherwise
 		raw, _ = sc.SyscallConn()
 	}
 	if raw == nil {
 		for {
-			n, rerr := src.Read(buf)
-			if n > 0 {
-				if _, werr = dst.Write(buf[:n]); werr != nil {
-					return nil, werr
-				}
-				if seen != nil {
-					seen(buf[:n])
-				}
+			n, rerr := src.Read(next())
+			if n > 0 && !got(n) {
+				return nil
 			}
 			if rerr != nil {
-				return rerr, nil
+				return rerr
 			}
 		}
 	}
+	stopped := false
 	rerr := raw.Read(func(fd uintptr) bool {
 		for {
-			n, e := sysRead(syscall.Read, fd, buf)
+			b := next()
+			n, e := sysIO(syscall.Read, fd, b)
 			switch {
 			case e == syscall.EINTR:
 				continue
@@ -422,27 +492,26 @@ func pump(dst, src net.Conn, buf []byte, seen func([]byte)) (err, werr error) {
 				err = io.EOF
 				return true
 			}
-			if _, werr = dst.Write(buf[:n]); werr != nil {
+			if !got(n) {
+				stopped = true
 				return true
 			}
-			if seen != nil {
-				seen(buf[:n])
-			}
-			if n < len(buf) {
+			if n < len(b) {
 				return false // drained: wait for the poller, not for EAGAIN
 			}
 		}
 	})
-	if err == nil && werr == nil {
+	if err == nil && !stopped {
 		err = rerr // the poller's error: src was closed
 	}
-	return err, werr
+	return err
 }
 
-// sysRead calls read, syscall.Read, with fd converted to its descriptor type: an int on
-// Unix, a Handle elsewhere. It keeps pump in one file for every platform.
-func sysRead[F ~int | ~uintptr](read func(F, []byte) (int, error), fd uintptr, p []byte) (int, error) {
-	return read(F(fd), p)
+// sysIO calls read or write (syscall.Read, syscall.Write) with fd converted to its
+// descriptor type: an int on Unix, a Handle elsewhere. It keeps the proxy in one file
+// for every platform.
+func sysIO[F ~int | ~uintptr](rw func(F, []byte) (int, error), fd uintptr, p []byte) (int, error) {
+	return rw(F(fd), p)
 }
 
 // draw returns how many commands to count before the next sample, that one included: a
@@ -466,27 +535,39 @@ func (pc *proxyConn) parse(data []byte) {
 	if pc.broken {
 		return
 	}
-	ps := pc.parser
-	ps.Feed(data)
-	for {
-		if pc.skip > 1 {
-			if !ps.Skip() {
-				break
-			}
-			pc.skip--
-			continue
-		}
-		if !ps.Next() {
-			break
-		}
-		pc.skip = pc.draw()
-		pc.sample(ps)
+	pc.parser.Feed(data)
+	pc.sampleRest()
+}
+
+// sampleRest samples the commands that complete in what the parser was fed, and stops
+// sampling the connection when the bytes do not parse.
+func (pc *proxyConn) sampleRest() {
+	for pc.nextCommand() {
 	}
-	if err := ps.Err(); err != nil {
+	if err := pc.parser.Err(); err != nil && !pc.broken {
 		pc.broken = true
 		pc.p.sink.Drop(pc.p.source, DropMalformed, 1)
 		pc.p.log.Debug("proxy: stopped sampling a connection", "client", pc.client.RemoteAddr(), "err", err)
 	}
+}
+
+// nextCommand parses the next command, sampling it when its turn has come, and reports
+// whether there was one; the parser's Name then has its name.
+func (pc *proxyConn) nextCommand() bool {
+	ps := pc.parser
+	if pc.skip > 1 {
+		if !ps.Skip() {
+			return false
+		}
+		pc.skip--
+		return true
+	}
+	if !ps.Next() {
+		return false
+	}
+	pc.skip = pc.draw()
+	pc.sample(ps)
+	return true
 }
 
 // sample turns the command in ps into one Sample per key and hands them on.

@@ -471,12 +471,20 @@ func TestProxyHalfClose(t *testing.T) {
 	}
 }
 
-// TestProxyCloseLeaks closes a proxy with open, idle and blocked connections and checks
-// that every goroutine it started returns.
+// TestProxyCloseLeaks closes a proxy with open, idle and blocked connections, shared
+// and pinned, and checks that every goroutine it started returns.
 func TestProxyCloseLeaks(t *testing.T) {
+	for _, perClient := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ConnPerClient=%v", perClient), func(t *testing.T) {
+			testProxyCloseLeaks(t, perClient)
+		})
+	}
+}
+
+func testProxyCloseLeaks(t *testing.T, perClient bool) {
 	srv := redistest.Start(t)
 	base := runtime.NumGoroutine()
-	p, err := sampler.NewProxy(sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink()})
+	p, err := sampler.NewProxy(sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: perClient})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,7 +500,14 @@ func TestProxyCloseLeaks(t *testing.T) {
 	}
 	_, _ = io.WriteString(conns[0], "BLPOP q 0\r\n")
 	_, _ = io.WriteString(conns[1], "PING\r\n")
-	waitFor(t, "goroutines to start", func() bool { return runtime.NumGoroutine() >= base+1+2*len(conns) })
+	if got, err := bufio.NewReader(conns[1]).ReadString('\n'); err != nil || got != "+PONG\r\n" {
+		t.Fatalf("PING: got %q, %v; want +PONG", got, err)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	waitFor(t, "BLPOP to block", func() bool {
+		list, err := rc.ClientList(context.Background()).Result()
+		return err == nil && strings.Contains(list, "cmd=blpop")
+	})
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -508,6 +523,7 @@ func TestProxyCloseLeaks(t *testing.T) {
 		}
 		c.Close()
 	}
+	rc.Close()
 	waitFor(t, "goroutines to return", func() bool { return runtime.NumGoroutine() <= base })
 	if _, err := net.Dial("tcp", p.Addr().String()); err == nil {
 		t.Fatalf("dial after Close: got nil error; want refused")

@@ -96,6 +96,7 @@ type RESPParser struct {
 	argStart int   // where the argument in progress starts in buf
 
 	buf   []byte   // kept bytes of the command in progress
+	name  []byte   // the command's name (its first argument) kept, a view into buf
 	args  [][]byte // kept arguments, views into buf
 	sizes []int64  // full length of each kept argument
 	line  []byte   // an inline command gathered across chunks
@@ -154,7 +155,7 @@ func (p *RESPParser) Feed(data []byte) {
 func (p *RESPParser) Next() bool { return p.advance(false) }
 
 // Skip is Next without keeping the command's arguments: Args is empty afterwards, NArgs
-// still counts them. It is for commands the caller does not sample. A command that Skip
+// still counts them, and Name still has the command's name. It is for commands the caller does not sample. A command that Skip
 // began is finished without keeping arguments even if Next finishes it, and one that Next
 // began is kept even if Skip finishes it.
 func (p *RESPParser) Skip() bool { return p.advance(true) }
@@ -167,6 +168,16 @@ func (p *RESPParser) Args() [][]byte {
 		return nil
 	}
 	return p.args
+}
+
+// Name returns the name of the last command that Next or Skip returned (its first
+// argument, at most MaxArgBytes of it), with the same lifetime as Args; nil when there
+// is none.
+func (p *RESPParser) Name() []byte {
+	if !p.done {
+		return nil
+	}
+	return p.name
 }
 
 // ArgSize returns the full length of Args()[i], which may be longer than what was kept.
@@ -226,6 +237,7 @@ func (p *RESPParser) consume(n int) {
 func (p *RESPParser) begin(skip bool) {
 	p.skip = skip
 	p.buf = p.buf[:0]
+	p.name = nil
 	p.args = p.args[:0]
 	p.sizes = p.sizes[:0]
 	p.nargs, p.argi = 0, 0
@@ -283,7 +295,7 @@ func (p *RESPParser) parseLength(limit int64, what string) (done, ok bool) {
 func (p *RESPParser) startArg(n int64) {
 	p.rem = n
 	p.keepRem = 0
-	if !p.skip && p.argi < p.maxArgs {
+	if p.argi == 0 || (!p.skip && p.argi < p.maxArgs) {
 		p.keepRem = int(min(n, int64(p.maxArgBytes)))
 		p.argStart = len(p.buf)
 	}
@@ -291,9 +303,16 @@ func (p *RESPParser) startArg(n int64) {
 
 // endArg finishes the argument in progress.
 func (p *RESPParser) endArg(size int64) {
-	if !p.skip && p.argi < p.maxArgs {
-		p.args = append(p.args, p.buf[p.argStart:len(p.buf):len(p.buf)])
-		p.sizes = append(p.sizes, size)
+	keep := !p.skip && p.argi < p.maxArgs
+	if keep || p.argi == 0 {
+		arg := p.buf[p.argStart:len(p.buf):len(p.buf)]
+		if p.argi == 0 {
+			p.name = arg
+		}
+		if keep {
+			p.args = append(p.args, arg)
+			p.sizes = append(p.sizes, size)
+		}
 	}
 	p.argi++
 }
@@ -496,13 +515,19 @@ func (p *RESPParser) inline(line []byte) string {
 			return ""
 		}
 		size := int64(len(p.buf) - start)
-		if p.skip || p.nargs >= p.maxArgs {
+		keep := !p.skip && p.nargs < p.maxArgs
+		if !keep && p.nargs > 0 {
 			p.buf = p.buf[:start]
 		} else {
 			end := start + min(len(p.buf)-start, p.maxArgBytes)
 			p.buf = p.buf[:end]
-			p.args = append(p.args, p.buf[start:end:end])
-			p.sizes = append(p.sizes, size)
+			if p.nargs == 0 {
+				p.name = p.buf[start:end:end]
+			}
+			if keep {
+				p.args = append(p.args, p.buf[start:end:end])
+				p.sizes = append(p.sizes, size)
+			}
 		}
 		p.nargs++
 	}

@@ -229,11 +229,15 @@ func TestRESPHugeValue(t *testing.T) {
 func TestRESPSkip(t *testing.T) {
 	p := newTestParser(t, RESPOptions{})
 	p.Feed([]byte(respCmd("SET", "a", "1") + respCmd("GET", "a")))
-	if !p.Skip() || len(p.Args()) != 0 || p.NArgs() != 3 {
-		t.Fatalf("Skip: got args %q n %d; want none and 3", p.Args(), p.NArgs())
+	if !p.Skip() || len(p.Args()) != 0 || p.NArgs() != 3 || string(p.Name()) != "SET" {
+		t.Fatalf("Skip: got args %q n %d name %q; want none, 3 and SET", p.Args(), p.NArgs(), p.Name())
 	}
-	if !p.Next() || fmt.Sprintf("%q", p.Args()) != `["GET" "a"]` {
-		t.Fatalf("Next: got %q; want [GET a]", p.Args())
+	if !p.Next() || fmt.Sprintf("%q", p.Args()) != `["GET" "a"]` || string(p.Name()) != "GET" {
+		t.Fatalf("Next: got %q name %q; want [GET a] and GET", p.Args(), p.Name())
+	}
+	p.Feed([]byte("incr  n\r\n"))
+	if !p.Skip() || string(p.Name()) != "incr" || len(p.Args()) != 0 || p.NArgs() != 2 {
+		t.Fatalf("Skip inline: got name %q args %q n %d; want incr, none, 2", p.Name(), p.Args(), p.NArgs())
 	}
 	if p.Next() || p.Skip() {
 		t.Fatalf("Next after the input: got true; want false")
@@ -382,7 +386,11 @@ func FuzzRESP(f *testing.F) {
 		p.Feed(data)
 		var counts []int
 		for p.Skip() {
+			i := len(counts)
 			counts = append(counts, p.NArgs())
+			if i < len(whole) && len(whole[i].args) > 0 && string(p.Name()) != whole[i].args[0] {
+				t.Fatalf("Skip command %d: Name %q; want %q as Next kept it", i, p.Name(), whole[i].args[0])
+			}
 		}
 		if len(counts) != len(whole) || fmt.Sprint(p.Err()) != fmt.Sprint(wholeErr) {
 			t.Fatalf("Skip: got %v, %v; want %d commands, %v", counts, p.Err(), len(whole), wholeErr)
