@@ -57,6 +57,12 @@ type Proxy struct {
 	Upstream string `yaml:"upstream"`
 	// SampleEvery samples one command in SampleEvery. Default 100; allowed 1..1000000.
 	SampleEvery int `yaml:"sample_every"`
+	// Multiplex carries clients' plain commands over one shared connection to Upstream
+	// (Linux only), and gives a client its own connection from its first command that
+	// keeps state on a connection or blocks (AUTH, SELECT, MULTI, BLPOP, SUBSCRIBE, …).
+	// false makes the proxy a plain relay with one upstream connection per client.
+	// Default true.
+	Multiplex bool `yaml:"multiplex"`
 }
 
 // Monitor configures reading samples with Redis MONITOR, which is for development only:
@@ -261,7 +267,7 @@ func Default() Config {
 	return Config{
 		HTTP:    HTTP{Listen: "127.0.0.1:9736", MaxBodyBytes: 1 << 20},
 		UDP:     UDP{Listen: "127.0.0.1:9736", Readers: 2},
-		Proxy:   Proxy{SampleEvery: 100},
+		Proxy:   Proxy{SampleEvery: 100, Multiplex: true},
 		Monitor: Monitor{SampleEvery: 1},
 		Detector: Detector{
 			Window: time.Second,

@@ -88,7 +88,9 @@ func TestLoadPrecedence(t *testing.T) {
 			"HOTKEYD_HOT_MIN_RATE":      "12.5",
 			"HOTKEYD_LOG_FORMAT":        "json",
 			"HOTKEYD_AUTH_TOKEN":        "s3cret",
+			"HOTKEYD_PROXY_MULTIPLEX":   "false",
 		}}, func(c *Config) {
+			c.Proxy.Multiplex = false
 			c.Detector.Window = 2 * time.Second
 			c.Metrics.HashKeys = true
 			c.Hot.MinRate = 12.5

@@ -9,11 +9,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
-	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -77,16 +74,32 @@ const (
 const proxyBatches = 4
 
 // Proxy is the RESP proxy tap: a TCP proxy in front of one Redis server that forwards
-// bytes in both directions untouched and samples the commands clients send.
+// what clients send and what Redis answers byte for byte, and samples the commands.
 //
-// Forwarding never waits for sampling. Each connection has two goroutines, one per
-// direction, each with its own buffer. The client-to-server goroutine writes what it read
-// upstream first and only then parses its copy, so parsing overlaps the server's work
-// instead of adding to the request's latency. Because bytes pass verbatim, everything
-// Redis speaks works through the proxy: pipelining, AUTH and SELECT, blocking commands,
-// MULTI/EXEC, pub/sub, MONITOR. Bytes that do not parse as RESP stop the sampling of that
-// connection (one DropMalformed) and are still forwarded; Redis itself closes such a
-// connection.
+// By default (on Linux) it multiplexes, as twemproxy does: the plain commands of every
+// client — the key commands of the command table except blocking pops and scripts, plus
+// PING and ECHO — go over one shared connection to Redis, written in one write per turn
+// of an event loop, so Redis reads and answers many clients at once; each reply goes back
+// to the client whose command it answers. A client's first other command (AUTH, SELECT,
+// HELLO, MULTI, WATCH, BLPOP, SUBSCRIBE, CLIENT, WAIT, EVAL, an unknown command), bytes
+// that do not parse, or a command larger than BufferSize pins it: once the shared
+// connection has answered all it sent there, the client gets a connection of its own and
+// from then on its bytes pass both ways untouched, so everything Redis speaks keeps
+// working — pipelining, AUTH and SELECT, blocking commands, MULTI/EXEC, pub/sub, RESP3,
+// MONITOR. What a shared connection changes for a client that is never pinned is only
+// what Redis reports about connections (CLIENT LIST, INFO clients). WAIT and WAITAOF
+// count the writes a client made on its own connection, not those it made before the
+// pin. A Redis that wants AUTH cannot be shared (the shared connection's PING gets
+// -NOAUTH): then every client gets its own connection, as with ConnPerClient, and the
+// proxy tries sharing again after a while. When the shared connection fails, the
+// clients it owed replies are disconnected (those replies are lost, as they would be
+// with a direct connection) and the others go on over a new one.
+//
+// A client on a connection of its own has two goroutines, one per direction. The
+// client-to-server one writes what it read upstream first and only then parses its copy,
+// so parsing overlaps the server's work instead of adding to the request's latency.
+// Bytes that do not parse as RESP stop the sampling of that connection (one
+// DropMalformed) and are still forwarded; Redis itself closes such a connection.
 //
 // Samples go to the Sink in batches from one goroutine, at most BatchSize at a time or
 // every FlushInterval. A Sink that cannot keep up makes the proxy drop samples
@@ -109,9 +122,9 @@ type Proxy struct {
 	batches  *proxyBatcher
 
 	multiplex  bool
-	muxMu      sync.Mutex   // guards mux and muxRetryAt
-	mux        *muxUpstream // the shared upstream connection, or nil
-	muxRetryAt time.Time    // no shared connection before then
+	muxMu      sync.Mutex // guards loop and muxRetryAt
+	loop       *muxLoop   // the shared upstream connection's event loop, or nil
+	muxRetryAt time.Time  // no shared connection before then
 
 	ctx    context.Context // cancelled by Close; bounds dials
 	cancel context.CancelFunc
@@ -306,6 +319,18 @@ func (p *Proxy) untrack(pc *proxyConn) {
 	p.mu.Unlock()
 }
 
+// setClient replaces a connection's client connection, or reports false when Close came
+// first.
+func (p *Proxy) setClient(pc *proxyConn, c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	pc.client = c
+	return true
+}
+
 // setUpstream records a connection's upstream, or reports false when Close came first.
 func (p *Proxy) setUpstream(pc *proxyConn, up net.Conn) bool {
 	p.mu.Lock()
@@ -318,20 +343,11 @@ func (p *Proxy) setUpstream(pc *proxyConn, up net.Conn) bool {
 }
 
 // proxyConn is one client connection and its upstream connection: the shared one at
-// first (see runShared), its own once pinned.
+// first (through the loop), its own once pinned.
 type proxyConn struct {
-	p         *Proxy
-	client    net.Conn
-	rawClient syscall.RawConn // for writes that do not wait; nil when client has none
-	up        net.Conn        // its own upstream, set once dialled; guarded by p.mu until then
-
-	// Replies from the shared connection.
-	wmu      sync.Mutex
-	settled  sync.Cond // signalled when owed reaches 0, the backlog shrinks, or gone
-	owed     int       // replies the shared connection owes the client
-	backlog  []byte    // reply bytes the client's socket had no room for yet
-	flushing bool      // flush is writing backlog
-	gone     bool      // the client is closed: replies are dropped
+	p      *Proxy
+	client net.Conn // replaced when the loop hands the client back; guarded by p.mu then
+	up     net.Conn // its own upstream, set once dialled; guarded by p.mu until then
 
 	parser  *RESPParser
 	broken  bool // the stream did not parse; sampling stopped
@@ -351,28 +367,25 @@ func (pc *proxyConn) closeBoth() {
 func (pc *proxyConn) run() {
 	p := pc.p
 	defer p.wg.Done()
-	defer func() {
-		p.untrack(pc)
-		pc.closeBoth()
-	}()
 	setNoDelay(pc.client)
-	if sc, ok := pc.client.(syscall.Conn); ok {
-		pc.rawClient, _ = sc.SyscallConn()
-	}
-	pc.settled.L = &pc.wmu
 	n := p.nconn.Add(1)
 	pc.rng.Seed(p.seed, n*0x9e3779b97f4a7c15)
 	pc.parser, _ = NewRESPParser(RESPOptions{MaxArgBytes: p.maxKey})
 	pc.skip = pc.draw()
-
-	buf := make([]byte, p.bufSize)
-	var rest []byte
-	if u := p.shared(); u != nil {
-		var pin bool
-		if rest, pin = pc.runShared(u, buf); !pin {
-			return
-		}
+	if l := p.muxLoop(); l != nil && l.adopt(pc) {
+		return // the loop serves it now
 	}
+	pc.runOwn(nil)
+}
+
+// runOwn serves the client over a connection of its own, first sending rest, what the
+// client sent before (to the shared connection's loop) that was not forwarded.
+func (pc *proxyConn) runOwn(rest []byte) {
+	p := pc.p
+	defer func() {
+		p.untrack(pc)
+		pc.closeBoth()
+	}()
 	up, err := p.dialer.DialContext(p.ctx, "tcp", p.upstream)
 	if err != nil {
 		p.log.Debug("proxy: dial upstream", "upstream", p.upstream, "err", err)
@@ -395,7 +408,7 @@ func (pc *proxyConn) run() {
 		defer close(back)
 		pc.toClient()
 	}()
-	pc.toServer(buf)
+	pc.toServer(make([]byte, p.bufSize))
 	<-back
 }
 
@@ -430,88 +443,27 @@ func (pc *proxyConn) toClient() {
 
 // pump copies src to dst through buf, handing each chunk to seen (when not nil) after it
 // was written, until src ends (err io.EOF), reading fails (err), or writing fails (werr).
-func pump(dst, src net.Conn, buf []byte, seen func([]byte)) (err, werr error) {
-	err = readInto(src, func() []byte { return buf }, func(n int) bool {
-		if _, werr = dst.Write(buf[:n]); werr != nil {
-			return false
-		}
-		if seen != nil {
-			seen(buf[:n])
-		}
-		return true
-	})
-	if werr != nil {
-		err = nil
-	}
-	return err, werr
-}
-
-// readInto reads src into the buffer that next returns, handing got each read's length,
-// until got returns false (err nil), src ends (err io.EOF) or reading fails.
 //
-// A request–response protocol leaves each direction of a connection empty right after
-// each message: the client waits for its reply before it sends more. A loop of
-// net.Conn.Read tries read(2) first and waits for the poller only on EAGAIN, so every
-// message costs a second read(2) that finds nothing. readInto reads inside
-// syscall.RawConn.Read instead, and when a read returned less than it asked for (the
-// socket was empty then), it goes straight to the poller: Go's netpoll is edge-triggered
-// and remembers an edge that came while nobody waited, so no byte is missed, and staying
-// inside one RawConn.Read call keeps that memory (each new Read would reset it). A read
-// that filled the buffer may have left bytes behind: then it reads again at once. A src
-// that is not a syscall.Conn is read with plain reads.
-func readInto(src net.Conn, next func() []byte, got func(n int) bool) (err error) {
-	var raw syscall.RawConn
-	if sc, ok := src.(syscall.Conn); ok && runtime.GOOS != "windows" { // Windows polls otherwise
-		raw, _ = sc.SyscallConn()
-	}
-	if raw == nil {
-		for {
-			n, rerr := src.Read(next())
-			if n > 0 && !got(n) {
-				return nil
+// Each read goes on until the socket is empty (EAGAIN) before waiting for the poller, as
+// net.Conn.Read does. Waiting as soon as a read comes back short would save that last
+// read(2), but Go's poller is edge-triggered: when a client's last request and its end of
+// file arrive together, the short read takes the request and the edge, and the end of
+// file would never be seen.
+func pump(dst, src net.Conn, buf []byte, seen func([]byte)) (err, werr error) {
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			if _, werr = dst.Write(buf[:n]); werr != nil {
+				return nil, werr
 			}
-			if rerr != nil {
-				return rerr
+			if seen != nil {
+				seen(buf[:n])
 			}
 		}
-	}
-	stopped := false
-	rerr := raw.Read(func(fd uintptr) bool {
-		for {
-			b := next()
-			n, e := sysIO(syscall.Read, fd, b)
-			switch {
-			case e == syscall.EINTR:
-				continue
-			case e == syscall.EAGAIN:
-				return false // wait until readable
-			case e != nil:
-				err = os.NewSyscallError("read", e)
-				return true
-			case n == 0:
-				err = io.EOF
-				return true
-			}
-			if !got(n) {
-				stopped = true
-				return true
-			}
-			if n < len(b) {
-				return false // drained: wait for the poller, not for EAGAIN
-			}
+		if rerr != nil {
+			return rerr, nil
 		}
-	})
-	if err == nil && !stopped {
-		err = rerr // the poller's error: src was closed
 	}
-	return err
-}
-
-// sysIO calls read or write (syscall.Read, syscall.Write) with fd converted to its
-// descriptor type: an int on Unix, a Handle elsewhere. It keeps the proxy in one file
-// for every platform.
-func sysIO[F ~int | ~uintptr](rw func(F, []byte) (int, error), fd uintptr, p []byte) (int, error) {
-	return rw(F(fd), p)
 }
 
 // draw returns how many commands to count before the next sample, that one included: a

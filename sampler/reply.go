@@ -23,7 +23,8 @@ type replyScanner struct {
 	rem   int64   // bulk bytes still to come, the closing "\r\n" included
 	open  []int64 // elements still to come in each open aggregate, innermost last
 	err   error   // sticky
-	total int64   // bytes scanned, for error offsets
+	total int64   // bytes scanned before the current call, for error offsets
+	at    int     // index in the current call's data of the '\n' ending a length
 }
 
 type replyState uint8
@@ -103,6 +104,7 @@ func (s *replyScanner) scan(data []byte) (n int, done bool) {
 				if s.ndig == 0 {
 					return s.fail(i-1, "length without digits")
 				}
+				s.at = i - 1
 				if s.length() {
 					return s.advance(i), true
 				}
@@ -182,13 +184,13 @@ func (s *replyScanner) advance(n int) int {
 	return n
 }
 
-// fail records a protocol error at data offset i (or at the current position when
-// i < 0).
+// fail records a protocol error at data offset i (or at the '\n' ending the length
+// just parsed when i < 0).
 func (s *replyScanner) fail(i int, format string, args ...any) (int, bool) {
-	at := s.total
-	if i > 0 {
-		at += int64(i)
+	if i < 0 {
+		i = s.at
 	}
+	at := s.total + int64(i)
 	s.err = &ProtocolError{Offset: at, Reason: "reply: " + fmt.Sprintf(format, args...)}
 	return 0, false
 }

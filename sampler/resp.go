@@ -272,6 +272,11 @@ func (p *RESPParser) parseLength(limit int64, what string) (done, ok bool) {
 		}
 		switch {
 		case '0' <= c && c <= '9':
+			// Redis reads lengths with string2ll, which refuses "-0" and leading zeros.
+			if p.ndig > 0 && p.num == 0 || p.neg && c == '0' && p.ndig == 0 {
+				p.consume(i)
+				return false, p.fail(0, "%s: a leading zero; Redis refuses it", what)
+			}
 			p.num = p.num*10 + int64(c-'0')
 			p.ndig++
 			if p.num > limit {
@@ -335,7 +340,8 @@ func (p *RESPParser) fastArg() bool {
 		}
 		n = n*10 + int64(c-'0')
 	}
-	if j == 1 || j+1 >= len(d) || d[j] != '\r' || d[j+1] != '\n' || n > respMaxBulk {
+	if j == 1 || j+1 >= len(d) || d[j] != '\r' || d[j+1] != '\n' || n > respMaxBulk ||
+		d[1] == '0' && j > 2 { // a leading zero: the slow path reports it
 		return false
 	}
 	start := int64(j + 2)
@@ -499,9 +505,10 @@ func (p *RESPParser) advance(skip bool) bool {
 // inline splits an inline command into arguments, keeping them within the limits, and
 // returns a reason when the line does not split.
 func (p *RESPParser) inline(line []byte) string {
-	// Redis splits the line as a C string: a NUL byte ends it.
-	if i := bytes.IndexByte(line, 0); i >= 0 {
-		line = line[:i]
+	// Redis finds the end of an inline command with strchr, which stops at a NUL byte:
+	// with one before the newline it sees no newline and waits for one, for ever.
+	if bytes.IndexByte(line, 0) >= 0 {
+		return "a NUL byte: Redis reads the line as a C string and never sees its end"
 	}
 	for {
 		start := len(p.buf)

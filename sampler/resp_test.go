@@ -73,7 +73,6 @@ func TestRESPParse(t *testing.T) {
 		{"empty arg", respCmd("SET", "", ""), [][]string{{"SET", "", ""}}},
 		{"binary", respCmd("SET", "k\r\n\x00", "\xff"), [][]string{{"SET", "k\r\n\x00", "\xff"}}},
 		{"empty arrays are ignored", "*0\r\n*-1\r\n" + respCmd("PING"), [][]string{{"PING"}}},
-		{"leading zeros", "*02\r\n$03\r\nGET\r\n$1\r\nk\r\n", [][]string{{"GET", "k"}}},
 		{"inline", "GET k\r\n", [][]string{{"GET", "k"}}},
 		{"inline lf only", "GET k\nPING\n", [][]string{{"GET", "k"}, {"PING"}}},
 		{"inline blank lines ignored", "\r\n\n  \r\nPING\r\n", [][]string{{"PING"}}},
@@ -126,6 +125,11 @@ func TestRESPErrors(t *testing.T) {
 		{"payload cr without lf", "*1\r\n$1\r\na\rb", 10, `want '\n'`},
 		{"unbalanced quotes", "PING\r\nSET \"a\r\n", 6, "unbalanced quotes"},
 		{"text after quote", "SET \"a\"b\r\n", 0, "closing quote"},
+		// Redis reads lengths with string2ll, which refuses these.
+		{"leading zero in array length", "*02\r\n", 2, "leading zero"},
+		{"leading zero in bulk length", "*1\r\n$03\r\nGET\r\n", 6, "leading zero"},
+		{"array length -0", "*-0\r\n", 2, "leading zero"},
+		{"bulk length -0", "*1\r\n$-0\r\n\r\n", 6, "leading zero"},
 		{"inline too long", strings.Repeat("a", respMaxInline+1), 0, "over 65536 bytes"},
 	}
 	for _, tt := range tests {

@@ -96,12 +96,13 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 	if cfg.Proxy.Listen != "" {
 		opts.Sources = append(opts.Sources, func(sink sampler.Sink) (agent.Source, error) {
 			return sampler.NewProxy(sampler.ProxyOptions{
-				Listen:      cfg.Proxy.Listen,
-				Upstream:    cfg.Proxy.Upstream,
-				SampleEvery: cfg.Proxy.SampleEvery,
-				MaxKeyBytes: cfg.Limits.MaxKeyBytes,
-				Sink:        sink,
-				Logger:      log,
+				Listen:        cfg.Proxy.Listen,
+				Upstream:      cfg.Proxy.Upstream,
+				SampleEvery:   cfg.Proxy.SampleEvery,
+				ConnPerClient: !cfg.Proxy.Multiplex,
+				MaxKeyBytes:   cfg.Limits.MaxKeyBytes,
+				Sink:          sink,
+				Logger:        log,
 			})
 		})
 	}

@@ -1,0 +1,677 @@
+//go:build linux
+
+package sampler
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// muxLoop is the event loop of the shared upstream connection: one goroutine that waits
+// on epoll for every multiplexed client and for Redis, reads each client's commands,
+// writes all that a turn gathered to Redis in one write, and writes each reply straight
+// to its client. Goroutines per client would cost a wake-up and a scheduling round per
+// request and write to Redis in smaller batches; the loop costs one read and one write
+// per request, and one epoll_wait per turn. It owns its clients' sockets (duplicates of
+// the accepted ones, outside Go's poller) until it closes them or hands a pinned client
+// back to a goroutine of its own as a net.Conn.
+type muxLoop struct {
+	p      *Proxy
+	epfd   int
+	wakeR  int // a pipe that wakes the loop: new clients, Close
+	wakeW  int
+	events []syscall.EpollEvent
+
+	mu       sync.Mutex // guards incoming, closing and done
+	incoming []*loopClient
+	closing  bool
+	done     bool
+
+	// Owned by the loop goroutine.
+	up        loopUpstream
+	clients   map[int]*loopClient
+	throttled bool          // Redis is behind: clients are not read
+	finished  []*loopClient // clients to close or hand back after this turn
+}
+
+// loopUpstream is the shared connection to Redis.
+type loopUpstream struct {
+	fd     int // -1 while there is none
+	out    []byte
+	queue  muxQueue // whose replies come next
+	scan   replyScanner
+	in     []byte
+	events uint32
+}
+
+// loopClient is a multiplexed client.
+type loopClient struct {
+	pc      *proxyConn
+	fd      int
+	in      []byte // in[:pending] is read, parsed and not forwarded
+	pending int
+	base    int64  // the parser's offset at in[0]
+	out     []byte // replies its socket had no room for yet
+	owed    int    // replies Redis owes it
+	rest    []byte // once pinning: what it sent that goes to its own connection
+	pinning bool   // it needs its own connection once settled
+	eof     bool   // it sent everything
+	hup     bool   // its socket hung up or failed: no more reads
+	closed  bool   // replies are dropped; closed after the turn
+	done    bool   // in finished
+	events  uint32 // its registered epoll interest; regNone when not registered
+}
+
+const regNone = ^uint32(0)
+
+// startLoop opens the shared connection and starts the loop; an error when Redis cannot
+// be shared now, nil and nil when the proxy is closing.
+func (p *Proxy) startLoop() (*muxLoop, error) {
+	conn, err := p.openShared()
+	if err != nil {
+		return nil, err
+	}
+	l := &muxLoop{p: p, epfd: -1, wakeR: -1, wakeW: -1, clients: make(map[int]*loopClient)}
+	l.up.fd = -1
+	l.up.in = make([]byte, max(p.bufSize, 64<<10))
+	l.events = make([]syscall.EpollEvent, 256)
+	if err = l.open(conn); err != nil {
+		l.closeFDs()
+		return nil, err
+	}
+	if !p.goTracked(l.run) {
+		l.closeFDs()
+		return nil, nil
+	}
+	return l, nil
+}
+
+// open sets up epoll, the wake pipe and the upstream socket taken from conn.
+func (l *muxLoop) open(conn net.Conn) error {
+	fd, err := takeFD(conn)
+	if err != nil {
+		return err
+	}
+	l.up.fd = fd
+	if l.epfd, err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC); err != nil {
+		return os.NewSyscallError("epoll_create1", err)
+	}
+	var pipe [2]int
+	if err = syscall.Pipe2(pipe[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		return os.NewSyscallError("pipe2", err)
+	}
+	l.wakeR, l.wakeW = pipe[0], pipe[1]
+	if err = l.ctl(syscall.EPOLL_CTL_ADD, l.wakeR, syscall.EPOLLIN); err != nil {
+		return err
+	}
+	l.up.events = syscall.EPOLLIN
+	return l.ctl(syscall.EPOLL_CTL_ADD, l.up.fd, l.up.events)
+}
+
+// takeFD returns a duplicate of conn's socket, still non-blocking, and closes conn, so
+// that the socket leaves Go's poller and only the loop waits on it.
+func takeFD(conn net.Conn) (int, error) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		_ = conn.Close()
+		return -1, errors.New("not a socket")
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		_ = conn.Close()
+		return -1, err
+	}
+	fd := -1
+	cerr := raw.Control(func(s uintptr) {
+		syscall.ForkLock.RLock()
+		if fd, err = syscall.Dup(int(s)); err == nil {
+			syscall.CloseOnExec(fd)
+		}
+		syscall.ForkLock.RUnlock()
+	})
+	_ = conn.Close()
+	if cerr != nil {
+		return -1, cerr
+	}
+	if err != nil {
+		return -1, os.NewSyscallError("dup", err)
+	}
+	return fd, nil
+}
+
+func (l *muxLoop) ctl(op, fd int, events uint32) error {
+	ev := syscall.EpollEvent{Events: events, Fd: int32(fd)}
+	if err := syscall.EpollCtl(l.epfd, op, fd, &ev); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	return nil
+}
+
+// adopt hands the loop a new client; false when the loop is closing (the client is
+// then untouched).
+func (l *muxLoop) adopt(pc *proxyConn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing || l.done {
+		return false
+	}
+	fd, err := takeFD(pc.client)
+	if err != nil {
+		l.p.log.Debug("proxy: take client socket", "err", err)
+		return true // the client is closed: nothing more to do
+	}
+	l.incoming = append(l.incoming, &loopClient{pc: pc, fd: fd, events: regNone})
+	l.wake()
+	return true
+}
+
+// alive reports whether the loop still takes clients.
+func (l *muxLoop) alive() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.closing && !l.done
+}
+
+// close makes the loop close every client and return.
+func (l *muxLoop) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.done {
+		l.closing = true
+		l.wake()
+	}
+}
+
+// wake writes a byte to the wake pipe; called with l.mu held.
+func (l *muxLoop) wake() {
+	_, _ = syscall.Write(l.wakeW, []byte{0})
+}
+
+func (l *muxLoop) run() {
+	defer l.shutdown()
+	for {
+		n, err := syscall.EpollWait(l.epfd, l.events, -1)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			l.p.log.Warn("proxy: epoll_wait", "err", err)
+			return
+		}
+		for _, ev := range l.events[:n] {
+			fd := int(ev.Fd)
+			switch {
+			case fd == l.wakeR:
+				if !l.admit() {
+					return
+				}
+			case fd == l.up.fd:
+				if ev.Events&syscall.EPOLLOUT != 0 {
+					l.flushUp()
+				}
+				if ev.Events&(syscall.EPOLLIN|syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
+					l.readUp()
+				}
+			default:
+				c := l.clients[fd]
+				if c == nil || c.closed {
+					continue
+				}
+				if ev.Events&syscall.EPOLLOUT != 0 {
+					l.flushClient(c)
+				}
+				if ev.Events&(syscall.EPOLLIN|syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
+					l.readClient(c)
+				}
+				if ev.Events&(syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
+					l.hangUp(c)
+				}
+			}
+		}
+		l.flushUp() // one write carries every command of this turn
+		l.finish()
+		if l.up.fd < 0 && !l.redial() {
+			return
+		}
+	}
+}
+
+// admit drains the wake pipe and registers new clients; false when closing.
+func (l *muxLoop) admit() bool {
+	var b [64]byte
+	for {
+		if n, _ := syscall.Read(l.wakeR, b[:]); n <= 0 {
+			break
+		}
+	}
+	l.mu.Lock()
+	incoming, closing := l.incoming, l.closing
+	l.incoming = nil
+	l.mu.Unlock()
+	for _, c := range incoming {
+		c.in = make([]byte, l.p.bufSize)
+		c.base = c.pc.parser.Offset()
+		l.clients[c.fd] = c
+		if closing {
+			l.drop(c)
+			continue
+		}
+		l.update(c)
+	}
+	return !closing
+}
+
+// update registers the epoll interest c needs now.
+func (l *muxLoop) update(c *loopClient) {
+	if c.hup || c.closed {
+		return
+	}
+	var want uint32
+	if !c.pinning && !c.eof && !l.throttled && len(c.out) < muxBacklog {
+		want |= syscall.EPOLLIN
+	}
+	if len(c.out) > 0 {
+		want |= syscall.EPOLLOUT
+	}
+	if want == c.events {
+		return
+	}
+	op := syscall.EPOLL_CTL_MOD
+	if c.events == regNone {
+		op = syscall.EPOLL_CTL_ADD
+	}
+	if err := l.ctl(op, c.fd, want); err != nil {
+		l.p.log.Debug("proxy: register client", "err", err)
+		l.drop(c)
+		return
+	}
+	c.events = want
+}
+
+// readClient reads what c sent and queues its whole plain commands for Redis. Its first
+// other command, bytes that do not parse, or a command larger than its buffer pin it.
+func (l *muxLoop) readClient(c *loopClient) {
+	if c.closed || c.pinning || c.eof || l.throttled {
+		return
+	}
+	n, err := ioRetry(syscall.Read, c.fd, c.in[c.pending:])
+	switch {
+	case err == syscall.EAGAIN:
+		return
+	case err != nil:
+		l.p.log.Debug("proxy: read client", "err", err)
+		l.drop(c)
+		return
+	case n == 0:
+		c.eof = true // answer what it asked, then close
+		l.update(c)
+		l.settle(c)
+		return
+	}
+	pc := c.pc
+	ps := pc.parser
+	ps.Feed(c.in[c.pending : c.pending+n])
+	c.pending += n
+	end, cmds := 0, 0 // in[:end] holds cmds whole commands for the shared connection
+	pin := false
+	for pc.nextCommand() {
+		if !muxable(ps.Name()) {
+			pin = true
+			break
+		}
+		end = int(ps.Offset() - c.base)
+		cmds++
+	}
+	if ps.Err() != nil || c.pending == len(c.in) && end == 0 {
+		pin = true // bytes Redis must judge, or a command too large to hold
+	}
+	if cmds > 0 {
+		l.up.out = append(l.up.out, c.in[:end]...)
+		l.up.queue.push(c, cmds)
+		c.owed += cmds
+		c.pending = copy(c.in, c.in[end:c.pending])
+		c.base += int64(end)
+		if len(l.up.out) >= muxOpen {
+			l.flushUp()
+		}
+	}
+	if pin {
+		pc.sampleRest()
+		c.rest = c.in[:c.pending]
+		c.pinning = true
+		l.update(c)
+		l.settle(c)
+	}
+}
+
+// hangUp stops watching a client whose socket hung up or failed: it can send nothing
+// more, and epoll would report it again and again. What it is owed is still written
+// (and fails if it is gone); then it is closed.
+func (l *muxLoop) hangUp(c *loopClient) {
+	if c.closed || c.hup {
+		return
+	}
+	if c.events != regNone {
+		_ = l.ctl(syscall.EPOLL_CTL_DEL, c.fd, 0)
+		c.events = regNone
+	}
+	c.hup = true
+	c.pinning = false // nobody to serve on a connection of its own
+	l.settle(c)
+}
+
+// flushUp writes the commands gathered for Redis.
+func (l *muxLoop) flushUp() {
+	u := &l.up
+	if u.fd < 0 || len(u.out) == 0 {
+		return
+	}
+	n, err := ioRetry(syscall.Write, u.fd, u.out)
+	if err != nil && err != syscall.EAGAIN {
+		l.upFailed(err)
+		return
+	}
+	u.out = u.out[:copy(u.out, u.out[max(n, 0):])]
+	want := uint32(syscall.EPOLLIN)
+	if len(u.out) > 0 {
+		want |= syscall.EPOLLOUT
+	}
+	if want != u.events {
+		if err := l.ctl(syscall.EPOLL_CTL_MOD, u.fd, want); err != nil {
+			l.upFailed(err)
+			return
+		}
+		u.events = want
+	}
+	if throttle := len(u.out) >= muxOpen; throttle != l.throttled {
+		l.throttled = throttle
+		for _, c := range l.clients {
+			l.update(c)
+		}
+	}
+}
+
+// readUp reads replies and hands each to the client whose command it answers.
+func (l *muxLoop) readUp() {
+	u := &l.up
+	if u.fd < 0 {
+		return
+	}
+	n, err := ioRetry(syscall.Read, u.fd, u.in)
+	switch {
+	case err == syscall.EAGAIN:
+		return
+	case err != nil:
+		l.upFailed(err)
+		return
+	case n == 0:
+		l.upFailed(errors.New("closed by Redis"))
+		return
+	}
+	data := u.in[:n]
+	for len(data) > 0 {
+		e, ok := u.queue.front()
+		if !ok {
+			l.upFailed(errors.New("a reply no client is waiting for"))
+			return
+		}
+		// c's whole replies in data in one piece, and the start of one that goes on.
+		end, replies := 0, 0
+		for end < len(data) && replies < e.n {
+			k, done := u.scan.scan(data[end:])
+			if u.scan.err != nil {
+				l.upFailed(u.scan.err)
+				return
+			}
+			end += k
+			if done {
+				replies++
+			}
+		}
+		c := e.c
+		if e.n -= replies; e.n == 0 {
+			u.queue.pop()
+		}
+		l.deliver(c, data[:end], replies)
+		data = data[end:]
+	}
+}
+
+// deliver writes reply bytes to c, completing replies of them: straight to its socket
+// when it has room, the rest when epoll says it has.
+func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
+	c.owed -= replies
+	if c.closed {
+		return
+	}
+	if len(c.out) == 0 && len(b) > 0 {
+		n, err := ioRetry(syscall.Write, c.fd, b)
+		if err != nil && err != syscall.EAGAIN {
+			l.p.log.Debug("proxy: write client", "err", err)
+			l.drop(c)
+			return
+		}
+		b = b[max(n, 0):]
+	}
+	if len(b) > 0 {
+		c.out = append(c.out, b...)
+		l.update(c)
+	}
+	l.settle(c)
+}
+
+// flushClient writes what c's socket had no room for.
+func (l *muxLoop) flushClient(c *loopClient) {
+	if len(c.out) == 0 {
+		return
+	}
+	n, err := ioRetry(syscall.Write, c.fd, c.out)
+	if err != nil && err != syscall.EAGAIN {
+		l.drop(c)
+		return
+	}
+	c.out = c.out[:copy(c.out, c.out[max(n, 0):])]
+	if len(c.out) == 0 && cap(c.out) > muxBacklog {
+		c.out = nil // a burst is over: give its memory back
+	}
+	l.update(c)
+	l.settle(c)
+}
+
+// settle schedules c to be closed or handed back after this turn when it is waiting for
+// nothing more.
+func (l *muxLoop) settle(c *loopClient) {
+	if c.done || c.owed > 0 || len(c.out) > 0 {
+		return
+	}
+	if c.closed || c.pinning || c.eof || c.hup {
+		c.done = true
+		l.finished = append(l.finished, c)
+	}
+}
+
+// drop closes c after this turn; replies still owed to it are discarded.
+func (l *muxLoop) drop(c *loopClient) {
+	c.closed = true
+	c.out = nil
+	if !c.done {
+		c.done = true
+		l.finished = append(l.finished, c)
+	}
+}
+
+// finish closes the clients that are done and gives pinned ones their own goroutine.
+func (l *muxLoop) finish() {
+	for _, c := range l.finished {
+		delete(l.clients, c.fd)
+		if c.events != regNone {
+			_ = l.ctl(syscall.EPOLL_CTL_DEL, c.fd, 0)
+		}
+		if c.pinning && !c.closed {
+			l.handBack(c)
+			continue
+		}
+		_ = syscall.Close(c.fd)
+		l.p.untrack(c.pc)
+	}
+	clear(l.finished)
+	l.finished = l.finished[:0]
+}
+
+// handBack gives a pinned client a goroutine that dials it a connection of its own and
+// forwards its bytes from then on, starting with rest.
+func (l *muxLoop) handBack(c *loopClient) {
+	p, pc := l.p, c.pc
+	f := os.NewFile(uintptr(c.fd), "client")
+	conn, err := net.FileConn(f) // a duplicate, in Go's poller
+	_ = f.Close()
+	if err != nil {
+		p.log.Debug("proxy: hand a client back", "err", err)
+		p.untrack(pc)
+		return
+	}
+	rest := c.rest
+	if !p.setClient(pc, conn) || !p.goTracked(func() { pc.runOwn(rest) }) {
+		_ = conn.Close()
+		p.untrack(pc)
+	}
+}
+
+// upFailed gives up the shared connection: the clients owed replies on it are closed,
+// since those replies are lost, and the loop dials a new one at the end of the turn.
+func (l *muxLoop) upFailed(err error) {
+	u := &l.up
+	if u.fd < 0 {
+		return
+	}
+	l.p.log.Warn("proxy: shared upstream connection failed; clients owed replies are disconnected", "err", err)
+	_ = l.ctl(syscall.EPOLL_CTL_DEL, u.fd, 0)
+	_ = syscall.Close(u.fd)
+	u.fd = -1
+	for {
+		e, ok := u.queue.front()
+		if !ok {
+			break
+		}
+		l.drop(e.c)
+		u.queue.pop()
+	}
+	u.out = u.out[:0]
+	u.scan = replyScanner{}
+	if l.throttled {
+		l.throttled = false
+		for _, c := range l.clients {
+			l.update(c)
+		}
+	}
+}
+
+// redial opens a new shared connection; when that fails it closes every client and
+// reports false, ending the loop.
+func (l *muxLoop) redial() bool {
+	conn, err := l.p.openShared()
+	if err == nil {
+		var fd int
+		if fd, err = takeFD(conn); err == nil {
+			l.up.fd, l.up.events = fd, syscall.EPOLLIN
+			if err = l.ctl(syscall.EPOLL_CTL_ADD, fd, l.up.events); err == nil {
+				return true
+			}
+		}
+	}
+	l.p.sharedFailed(err)
+	return false
+}
+
+// shutdown closes every client and the loop's descriptors; the loop takes no more
+// clients.
+func (l *muxLoop) shutdown() {
+	l.mu.Lock()
+	l.done = true
+	incoming := l.incoming
+	l.incoming = nil
+	l.mu.Unlock()
+	for _, c := range incoming {
+		l.clients[c.fd] = c
+	}
+	for _, c := range l.clients {
+		l.drop(c)
+	}
+	l.finish()
+	l.closeFDs()
+}
+
+func (l *muxLoop) closeFDs() {
+	for _, fd := range []int{l.up.fd, l.epfd, l.wakeR} {
+		if fd >= 0 {
+			_ = syscall.Close(fd)
+		}
+	}
+	l.mu.Lock()
+	if l.wakeW >= 0 {
+		_ = syscall.Close(l.wakeW)
+		l.wakeW = -1
+	}
+	l.mu.Unlock()
+}
+
+// ioRetry calls read or write, retrying when a signal interrupted it.
+func ioRetry(rw func(int, []byte) (int, error), fd int, b []byte) (int, error) {
+	for {
+		n, err := rw(fd, b)
+		if err != syscall.EINTR {
+			return n, err
+		}
+	}
+}
+
+// muxEntry is n consecutive replies owed to one client.
+type muxEntry struct {
+	c *loopClient
+	n int
+}
+
+// muxQueue is a FIFO of muxEntry in a ring that grows.
+type muxQueue struct {
+	ring []muxEntry
+	head int
+	len  int
+}
+
+func (q *muxQueue) push(c *loopClient, n int) {
+	if q.len > 0 {
+		if tail := &q.ring[(q.head+q.len-1)%len(q.ring)]; tail.c == c {
+			tail.n += n
+			return
+		}
+	}
+	if q.len == len(q.ring) {
+		ring := make([]muxEntry, max(16, 2*len(q.ring)))
+		for i := range q.len {
+			ring[i] = q.ring[(q.head+i)%len(q.ring)]
+		}
+		q.ring, q.head = ring, 0
+	}
+	q.ring[(q.head+q.len)%len(q.ring)] = muxEntry{c, n}
+	q.len++
+}
+
+// front returns the entry at the head; ok is false when the queue is empty.
+func (q *muxQueue) front() (e *muxEntry, ok bool) {
+	if q.len == 0 {
+		return nil, false
+	}
+	return &q.ring[q.head], true
+}
+
+func (q *muxQueue) pop() {
+	q.ring[q.head] = muxEntry{}
+	q.head = (q.head + 1) % len(q.ring)
+	q.len--
+	if q.len == 0 {
+		q.head = 0
+	}
+}
