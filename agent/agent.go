@@ -183,6 +183,12 @@ func New(o Options) (*Agent, error) {
 			return nil, fmt.Errorf("agent: source %d: %w", i, err)
 		}
 		a.sources = append(a.sources, src)
+		if ps, ok := src.(proxyStatser); ok {
+			if err := o.Registry.Register(newProxyCollector(ps)); err != nil {
+				a.closeListeners()
+				return nil, fmt.Errorf("agent: source %d: metrics: %w", i, err)
+			}
+		}
 	}
 	if o.HTTPListen != "" {
 		if a.httpLn, err = net.Listen("tcp", o.HTTPListen); err != nil {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/sampler"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -172,4 +173,40 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(m.keyHot, hot, k)
 	}
+}
+
+// proxyStatser is a source that counts what it does with its clients: the proxy tap.
+type proxyStatser interface {
+	Stats() sampler.ProxyStats
+}
+
+// proxyCollector exports a proxy tap's client counters.
+type proxyCollector struct {
+	src                       proxyStatser
+	clients, pins, sharedFail *prometheus.Desc
+}
+
+func newProxyCollector(src proxyStatser) *proxyCollector {
+	return &proxyCollector{
+		src:        src,
+		clients:    prometheus.NewDesc("hotkeyd_proxy_clients", "Clients of the proxy tap now, by upstream connection: shared (multiplexed) or own.", []string{"conn"}, nil),
+		pins:       prometheus.NewDesc("hotkeyd_proxy_pins_total", "Clients the proxy tap moved from the shared upstream connection to their own, by reason (command, malformed, too_large).", []string{"reason"}, nil),
+		sharedFail: prometheus.NewDesc("hotkeyd_proxy_shared_failures_total", "Shared upstream connections that failed or could not be opened (Redis down, or wanting AUTH).", nil, nil),
+	}
+}
+
+func (c *proxyCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.clients
+	ch <- c.pins
+	ch <- c.sharedFail
+}
+
+func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.src.Stats()
+	ch <- prometheus.MustNewConstMetric(c.clients, prometheus.GaugeValue, float64(s.SharedClients), "shared")
+	ch <- prometheus.MustNewConstMetric(c.clients, prometheus.GaugeValue, float64(s.OwnClients), "own")
+	for _, reason := range []string{sampler.PinCommand, sampler.PinMalformed, sampler.PinTooLarge} {
+		ch <- prometheus.MustNewConstMetric(c.pins, prometheus.CounterValue, float64(s.Pins[reason]), reason)
+	}
+	ch <- prometheus.MustNewConstMetric(c.sharedFail, prometheus.CounterValue, float64(s.SharedFailures))
 }

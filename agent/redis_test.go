@@ -137,6 +137,23 @@ func TestProxyTrafficDetected(t *testing.T) {
 	if !w.Counter {
 		t.Errorf("likes:match42 is written with INCR; want it marked counter")
 	}
+	// The proxy's client counts are among the agent's metrics. go-redis v9 opens with
+	// HELLO 3, which gives each connection its own upstream.
+	families, err := a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() == "hotkeyd_proxy_clients" {
+			for _, m := range f.GetMetric() {
+				clients[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if clients["own"] < 1 {
+		t.Errorf("hotkeyd_proxy_clients: got %v; want own ≥ 1", clients)
+	}
 }
 
 // TestDetectionLatencyUDP: over the real UDP path, a key that jumps from nothing to 10×

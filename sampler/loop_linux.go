@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -161,9 +162,11 @@ func (l *muxLoop) adopt(pc *proxyConn) bool {
 	fd, err := takeFD(pc.client)
 	if err != nil {
 		l.p.log.Debug("proxy: take client socket", "err", err)
+		l.p.untrack(pc)
 		return true // the client is closed: nothing more to do
 	}
 	l.incoming = append(l.incoming, &loopClient{pc: pc, fd: fd, events: regNone})
+	l.p.stats.shared.Add(1)
 	l.wake()
 	return true
 }
@@ -316,17 +319,20 @@ func (l *muxLoop) readClient(c *loopClient) {
 	ps.Feed(c.in[c.pending : c.pending+n])
 	c.pending += n
 	end, cmds := 0, 0 // in[:end] holds cmds whole commands for the shared connection
-	pin := false
+	var pin *atomic.Uint64
 	for pc.nextCommand() {
-		if !muxable(ps.Name()) {
-			pin = true
+		if !muxable(ps.Name(), ps.Sub(), ps.NArgs()) {
+			pin = &l.p.stats.pinCommand
 			break
 		}
 		end = int(ps.Offset() - c.base)
 		cmds++
 	}
-	if ps.Err() != nil || c.pending == len(c.in) && end == 0 {
-		pin = true // bytes Redis must judge, or a command too large to hold
+	switch {
+	case ps.Err() != nil:
+		pin = &l.p.stats.pinMalformed // bytes Redis must judge
+	case pin == nil && c.pending == len(c.in) && end == 0:
+		pin = &l.p.stats.pinTooLarge // a command larger than the buffer
 	}
 	if cmds > 0 {
 		l.up.out = append(l.up.out, c.in[:end]...)
@@ -338,7 +344,8 @@ func (l *muxLoop) readClient(c *loopClient) {
 			l.flushUp()
 		}
 	}
-	if pin {
+	if pin != nil {
+		pin.Add(1)
 		pc.sampleRest()
 		c.rest = c.in[:c.pending]
 		c.pinning = true
@@ -507,6 +514,7 @@ func (l *muxLoop) drop(c *loopClient) {
 func (l *muxLoop) finish() {
 	for _, c := range l.finished {
 		delete(l.clients, c.fd)
+		l.p.stats.shared.Add(-1)
 		if c.events != regNone {
 			_ = l.ctl(syscall.EPOLL_CTL_DEL, c.fd, 0)
 		}

@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -38,8 +39,12 @@ var muxCommands = func() map[string]struct{} {
 	return m
 }()
 
-// muxable reports whether a command may go over the shared connection.
-func muxable(name []byte) bool {
+// muxable reports whether a command may go over the shared connection, from its name,
+// its second argument and its number of arguments. Besides muxCommands, two commands
+// that clients send when they connect are no-ops there: CLIENT SETINFO (library name and
+// version, which redis-py, Jedis and node-redis send) only labels the shared connection
+// in CLIENT LIST, and SELECT 0 selects the database it is always on.
+func muxable(name, sub []byte, nargs int) bool {
 	if len(name) == 0 || len(name) > maxCommandName {
 		return false
 	}
@@ -50,8 +55,17 @@ func muxable(name []byte) bool {
 		}
 		buf[i] = c
 	}
-	_, ok := muxCommands[string(buf[:len(name)])]
-	return ok
+	upper := buf[:len(name)]
+	if _, ok := muxCommands[string(upper)]; ok {
+		return true
+	}
+	switch string(upper) {
+	case "CLIENT":
+		return bytes.EqualFold(sub, []byte("SETINFO"))
+	case "SELECT":
+		return nargs == 2 && string(sub) == "0"
+	}
+	return false
 }
 
 // muxLoop returns the event loop of the shared upstream connection, starting one when
@@ -99,6 +113,7 @@ func (p *Proxy) sharedFailed(err error) {
 }
 
 func (p *Proxy) sharedFailedLocked(err error) {
+	p.stats.sharedFailures.Add(1)
 	p.muxRetryAt = time.Now().Add(muxRetry)
 	p.log.Warn("proxy: cannot share an upstream connection; clients get one each for now",
 		"upstream", p.upstream, "err", err, "retry_in", muxRetry)

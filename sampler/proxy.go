@@ -80,9 +80,11 @@ const proxyBatches = 4
 // client — the key commands of the command table except blocking pops and scripts, plus
 // PING and ECHO — go over one shared connection to Redis, written in one write per turn
 // of an event loop, so Redis reads and answers many clients at once; each reply goes back
-// to the client whose command it answers. A client's first other command (AUTH, SELECT,
-// HELLO, MULTI, WATCH, BLPOP, SUBSCRIBE, CLIENT, WAIT, EVAL, an unknown command), bytes
-// that do not parse, or a command larger than BufferSize pins it: once the shared
+// to the client whose command it answers; so do CLIENT SETINFO and SELECT 0, which
+// clients send when they connect and which change nothing that matters on the shared
+// connection. A client's first other command (AUTH, SELECT of another database, HELLO,
+// MULTI, WATCH, BLPOP, SUBSCRIBE, another CLIENT subcommand, WAIT, EVAL, an unknown
+// command), bytes that do not parse, or a command larger than BufferSize pins it: once the shared
 // connection has answered all it sent there, the client gets a connection of its own and
 // from then on its bytes pass both ways untouched, so everything Redis speaks keeps
 // working — pipelining, AUTH and SELECT, blocking commands, MULTI/EXEC, pub/sub, RESP3,
@@ -137,8 +139,51 @@ type Proxy struct {
 	flushWG sync.WaitGroup // the flusher
 
 	nconn     atomic.Uint64 // connections accepted, for seeding
+	stats     proxyCounters
 	closeOnce sync.Once
 	stop      chan struct{} // closed by Close after the connections are gone; stops the flusher
+}
+
+// ProxyStats counts what the proxy does with its clients.
+type ProxyStats struct {
+	// SharedClients is how many clients the shared upstream connection serves now;
+	// OwnClients how many have a connection of their own.
+	SharedClients, OwnClients int64
+	// Pins counts clients moved from the shared connection to their own, by reason:
+	// PinCommand (a command that keeps state or blocks), PinMalformed (bytes that do not
+	// parse), PinTooLarge (a command larger than BufferSize).
+	Pins map[string]uint64
+	// SharedFailures counts shared upstream connections that failed or could not be
+	// opened (Redis down, or wanting AUTH).
+	SharedFailures uint64
+}
+
+// Reasons a client is pinned, the keys of ProxyStats.Pins.
+const (
+	PinCommand   = "command"
+	PinMalformed = "malformed"
+	PinTooLarge  = "too_large"
+)
+
+type proxyCounters struct {
+	shared, own                           atomic.Int64
+	pinCommand, pinMalformed, pinTooLarge atomic.Uint64
+	sharedFailures                        atomic.Uint64
+}
+
+// Stats returns the proxy's counters now.
+func (p *Proxy) Stats() ProxyStats {
+	s := &p.stats
+	return ProxyStats{
+		SharedClients: s.shared.Load(),
+		OwnClients:    s.own.Load(),
+		Pins: map[string]uint64{
+			PinCommand:   s.pinCommand.Load(),
+			PinMalformed: s.pinMalformed.Load(),
+			PinTooLarge:  s.pinTooLarge.Load(),
+		},
+		SharedFailures: s.sharedFailures.Load(),
+	}
 }
 
 // NewProxy validates o and starts listening on o.Listen; Serve then accepts clients.
@@ -382,7 +427,9 @@ func (pc *proxyConn) run() {
 // client sent before (to the shared connection's loop) that was not forwarded.
 func (pc *proxyConn) runOwn(rest []byte) {
 	p := pc.p
+	p.stats.own.Add(1)
 	defer func() {
+		p.stats.own.Add(-1)
 		p.untrack(pc)
 		pc.closeBoth()
 	}()

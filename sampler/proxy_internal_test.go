@@ -90,3 +90,44 @@ func TestAppendKeySamplesTruncated(t *testing.T) {
 		t.Errorf("arguments past those kept: lost %d; want 1", lost)
 	}
 }
+
+func TestMuxable(t *testing.T) {
+	tests := []struct {
+		cmd  []string
+		want bool
+	}{
+		{[]string{"GET", "k"}, true},
+		{[]string{"get", "k"}, true},
+		{[]string{"MGET", "a", "b"}, true},
+		{[]string{"INCRBY", "c", "5"}, true},
+		{[]string{"PING"}, true},
+		{[]string{"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}, true},
+		{[]string{"client", "setinfo", "lib-ver", "5.0"}, true},
+		{[]string{"SELECT", "0"}, true},
+		{[]string{"SELECT", "1"}, false},
+		{[]string{"SELECT", "00"}, false},
+		{[]string{"SELECT", "0", "x"}, false},
+		{[]string{"CLIENT", "SETNAME", "a"}, false},
+		{[]string{"CLIENT", "REPLY", "OFF"}, false},
+		{[]string{"AUTH", "pw"}, false},
+		{[]string{"HELLO", "3"}, false},
+		{[]string{"MULTI"}, false},
+		{[]string{"WATCH", "k"}, false},
+		{[]string{"BLPOP", "q", "0"}, false},
+		{[]string{"SUBSCRIBE", "ch"}, false},
+		{[]string{"WAIT", "1", "0"}, false},
+		{[]string{"EVAL", "return 1", "0"}, false},
+		{[]string{"QUIT"}, false},
+		{[]string{"NOSUCHCOMMAND"}, false},
+		{[]string{""}, false},
+	}
+	for _, tt := range tests {
+		var sub []byte
+		if len(tt.cmd) > 1 {
+			sub = []byte(tt.cmd[1])
+		}
+		if got := muxable([]byte(tt.cmd[0]), sub, len(tt.cmd)); got != tt.want {
+			t.Errorf("muxable(%q): got %v; want %v", tt.cmd, got, tt.want)
+		}
+	}
+}

@@ -627,3 +627,42 @@ func BenchmarkProxyPipeline(b *testing.B) {
 		})
 	}
 }
+
+// TestProxyStats: Stats counts the clients on the shared connection and on their own, and
+// why each pinned one was pinned.
+func TestProxyStats(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("multiplexing is Linux only")
+	}
+	srv := redistest.Start(t)
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), BufferSize: 4096})
+	dial := func(send string, replies int) net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", p.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, send); err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(c)
+		for i := range replies {
+			if _, err := r.ReadString('\n'); err != nil {
+				t.Fatalf("%q: reply %d: %v", send, i, err)
+			}
+		}
+		return c
+	}
+	dial("CLIENT SETINFO LIB-NAME x\r\nSELECT 0\r\nGET a\r\n", 3) // stays shared
+	dial("GET a\r\nSELECT 1\r\n", 2)                              // a command pins it
+	dial("SET big "+strings.Repeat("v", 8192)+"\r\n", 1)          // too large to share
+	bad := dial("GET a\r\nGET \"a\r\n", 2)                        // malformed
+	_, _ = io.ReadAll(bad)                                        // Redis closes it
+	want := map[string]uint64{sampler.PinCommand: 1, sampler.PinTooLarge: 1, sampler.PinMalformed: 1}
+	waitFor(t, "the counts", func() bool {
+		s := p.Stats()
+		return s.SharedClients == 1 && s.OwnClients == 2 && fmt.Sprint(s.Pins) == fmt.Sprint(want) && s.SharedFailures == 0
+	})
+}

@@ -97,6 +97,7 @@ type RESPParser struct {
 
 	buf   []byte   // kept bytes of the command in progress
 	name  []byte   // the command's name (its first argument) kept, a view into buf
+	sub   []byte   // its second argument kept (a subcommand, say), a view into buf
 	args  [][]byte // kept arguments, views into buf
 	sizes []int64  // full length of each kept argument
 	line  []byte   // an inline command gathered across chunks
@@ -155,7 +156,7 @@ func (p *RESPParser) Feed(data []byte) {
 func (p *RESPParser) Next() bool { return p.advance(false) }
 
 // Skip is Next without keeping the command's arguments: Args is empty afterwards, NArgs
-// still counts them, and Name still has the command's name. It is for commands the caller does not sample. A command that Skip
+// still counts them, and Name and Sub still have its first two. It is for commands the caller does not sample. A command that Skip
 // began is finished without keeping arguments even if Next finishes it, and one that Next
 // began is kept even if Skip finishes it.
 func (p *RESPParser) Skip() bool { return p.advance(true) }
@@ -178,6 +179,16 @@ func (p *RESPParser) Name() []byte {
 		return nil
 	}
 	return p.name
+}
+
+// Sub returns the second argument of the last command that Next or Skip returned (a
+// subcommand: SETINFO in CLIENT SETINFO), at most MaxArgBytes of it, with the same
+// lifetime as Args; nil when there is none.
+func (p *RESPParser) Sub() []byte {
+	if !p.done {
+		return nil
+	}
+	return p.sub
 }
 
 // ArgSize returns the full length of Args()[i], which may be longer than what was kept.
@@ -237,7 +248,7 @@ func (p *RESPParser) consume(n int) {
 func (p *RESPParser) begin(skip bool) {
 	p.skip = skip
 	p.buf = p.buf[:0]
-	p.name = nil
+	p.name, p.sub = nil, nil
 	p.args = p.args[:0]
 	p.sizes = p.sizes[:0]
 	p.nargs, p.argi = 0, 0
@@ -300,7 +311,7 @@ func (p *RESPParser) parseLength(limit int64, what string) (done, ok bool) {
 func (p *RESPParser) startArg(n int64) {
 	p.rem = n
 	p.keepRem = 0
-	if p.argi == 0 || (!p.skip && p.argi < p.maxArgs) {
+	if p.argi <= 1 || (!p.skip && p.argi < p.maxArgs) {
 		p.keepRem = int(min(n, int64(p.maxArgBytes)))
 		p.argStart = len(p.buf)
 	}
@@ -309,10 +320,13 @@ func (p *RESPParser) startArg(n int64) {
 // endArg finishes the argument in progress.
 func (p *RESPParser) endArg(size int64) {
 	keep := !p.skip && p.argi < p.maxArgs
-	if keep || p.argi == 0 {
+	if keep || p.argi <= 1 {
 		arg := p.buf[p.argStart:len(p.buf):len(p.buf)]
-		if p.argi == 0 {
+		switch p.argi {
+		case 0:
 			p.name = arg
+		case 1:
+			p.sub = arg
 		}
 		if keep {
 			p.args = append(p.args, arg)
@@ -523,13 +537,16 @@ func (p *RESPParser) inline(line []byte) string {
 		}
 		size := int64(len(p.buf) - start)
 		keep := !p.skip && p.nargs < p.maxArgs
-		if !keep && p.nargs > 0 {
+		if !keep && p.nargs > 1 {
 			p.buf = p.buf[:start]
 		} else {
 			end := start + min(len(p.buf)-start, p.maxArgBytes)
 			p.buf = p.buf[:end]
-			if p.nargs == 0 {
+			switch p.nargs {
+			case 0:
 				p.name = p.buf[start:end:end]
+			case 1:
+				p.sub = p.buf[start:end:end]
 			}
 			if keep {
 				p.args = append(p.args, p.buf[start:end:end])

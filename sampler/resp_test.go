@@ -240,8 +240,8 @@ func TestRESPSkip(t *testing.T) {
 		t.Fatalf("Next: got %q name %q; want [GET a] and GET", p.Args(), p.Name())
 	}
 	p.Feed([]byte("incr  n\r\n"))
-	if !p.Skip() || string(p.Name()) != "incr" || len(p.Args()) != 0 || p.NArgs() != 2 {
-		t.Fatalf("Skip inline: got name %q args %q n %d; want incr, none, 2", p.Name(), p.Args(), p.NArgs())
+	if !p.Skip() || string(p.Name()) != "incr" || string(p.Sub()) != "n" || len(p.Args()) != 0 || p.NArgs() != 2 {
+		t.Fatalf("Skip inline: got name %q sub %q args %q n %d; want incr, n, none, 2", p.Name(), p.Sub(), p.Args(), p.NArgs())
 	}
 	if p.Next() || p.Skip() {
 		t.Fatalf("Next after the input: got true; want false")
@@ -394,6 +394,9 @@ func FuzzRESP(f *testing.F) {
 			counts = append(counts, p.NArgs())
 			if i < len(whole) && len(whole[i].args) > 0 && string(p.Name()) != whole[i].args[0] {
 				t.Fatalf("Skip command %d: Name %q; want %q as Next kept it", i, p.Name(), whole[i].args[0])
+			}
+			if i < len(whole) && len(whole[i].args) > 1 && string(p.Sub()) != whole[i].args[1] {
+				t.Fatalf("Skip command %d: Sub %q; want %q as Next kept it", i, p.Sub(), whole[i].args[1])
 			}
 		}
 		if len(counts) != len(whole) || fmt.Sprint(p.Err()) != fmt.Sprint(wholeErr) {

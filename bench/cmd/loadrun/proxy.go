@@ -45,7 +45,7 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 	tests := fs.String("t", "get,set", "redis-benchmark tests (-t)")
 	binB := fs.String("bin-b", "", "a second hotkeyd binary to compare, shown as \"hotkeyd proxy B\" (A/B work on the proxy)")
 	pipes := fs.String("pipelines", "1,16", "redis-benchmark -P values, comma-separated")
-	onlyHK := fs.Bool("hotkeyd-only", false, "skip twemproxy and the GOMAXPROCS=1 proxy (for quick A/B work on the proxy)")
+	onlyHK := fs.Bool("hotkeyd-only", false, "skip twemproxy and the proxy with multiplexing off (for quick A/B work on the proxy)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	if !*onlyHK {
-		if err := startProxy("hotkeyd proxy, GOMAXPROCS=1", []string{"GOMAXPROCS=1"}, hk); err != nil {
+		if err := startProxy("hotkeyd proxy, multiplex off", []string{"HOTKEYD_PROXY_MULTIPLEX=false"}, hk); err != nil {
 			return err
 		}
 		nc, port, err := e.startTwemproxy(ctx, rport)
