@@ -11,14 +11,20 @@ import (
 	"syscall"
 )
 
-// muxLoop is the event loop of the shared upstream connection: one goroutine that waits
-// on epoll for every multiplexed client and for Redis, reads each client's commands,
-// writes all that a turn gathered to Redis in one write, and writes each reply straight
-// to its client. Goroutines per client would cost a wake-up and a scheduling round per
-// request and write to Redis in smaller batches; the loop costs one read and one write
-// per request, and one epoll_wait per turn. It owns its clients' sockets (duplicates of
-// the accepted ones, outside Go's poller) until it closes them or hands a pinned client
-// back to a goroutine of its own as a net.Conn.
+// muxLoop is the event loop of the shared upstream connections: one goroutine that
+// waits on epoll for every multiplexed client and for Redis, reads each client's
+// commands, writes all that a turn gathered to Redis in one write per connection, and
+// writes each reply straight to its client. Goroutines per client would cost a wake-up
+// and a scheduling round per request and write to Redis in smaller batches; the loop
+// costs one read and one write per request, and one epoll_wait per turn. It owns its
+// clients' sockets (duplicates of the accepted ones, outside Go's poller) until it
+// closes them or hands a pinned client back to a goroutine of its own as a net.Conn.
+//
+// There are two shared connections, one for reads and one for writes, so that a write
+// Redis holds back (CLIENT PAUSE WRITE, during a failover) holds back only writes, as it
+// would on direct connections, and not every read queued behind it. A client's commands
+// go to the connection its first command picks, and stay there while it is owed
+// replies: its commands never overtake one another.
 type muxLoop struct {
 	p      *Proxy
 	epfd   int
@@ -32,19 +38,25 @@ type muxLoop struct {
 	done     bool
 
 	// Owned by the loop goroutine.
-	up        loopUpstream
+	up        [2]loopUpstream // upReads, upWrites
+	in        []byte          // replies read from either
 	clients   map[int]*loopClient
 	throttled bool          // Redis is behind: clients are not read
 	finished  []*loopClient // clients to close or hand back after this turn
 }
 
-// loopUpstream is the shared connection to Redis.
+// The two shared connections.
+const (
+	upReads  = 0
+	upWrites = 1
+)
+
+// loopUpstream is a shared connection to Redis.
 type loopUpstream struct {
 	fd     int // -1 while there is none
 	out    []byte
 	queue  muxQueue // whose replies come next
 	scan   replyScanner
-	in     []byte
 	events uint32
 }
 
@@ -57,6 +69,7 @@ type loopClient struct {
 	base    int64  // the parser's offset at in[0]
 	out     []byte // replies its socket had no room for yet
 	owed    int    // replies Redis owes it
+	on      int    // the shared connection that owes them
 	rest    []byte // once pinning: what it sent that goes to its own connection
 	pinning bool   // it needs its own connection once settled
 	eof     bool   // it sent everything
@@ -71,15 +84,11 @@ const regNone = ^uint32(0)
 // startLoop opens the shared connection and starts the loop; an error when Redis cannot
 // be shared now, nil and nil when the proxy is closing.
 func (p *Proxy) startLoop() (*muxLoop, error) {
-	conn, err := p.openShared()
-	if err != nil {
-		return nil, err
-	}
 	l := &muxLoop{p: p, epfd: -1, wakeR: -1, wakeW: -1, clients: make(map[int]*loopClient)}
-	l.up.fd = -1
-	l.up.in = make([]byte, max(p.bufSize, 64<<10))
+	l.up[upReads].fd, l.up[upWrites].fd = -1, -1
+	l.in = make([]byte, max(p.bufSize, 64<<10))
 	l.events = make([]syscall.EpollEvent, 256)
-	if err = l.open(conn); err != nil {
+	if err := l.open(); err != nil {
 		l.closeFDs()
 		return nil, err
 	}
@@ -90,13 +99,9 @@ func (p *Proxy) startLoop() (*muxLoop, error) {
 	return l, nil
 }
 
-// open sets up epoll, the wake pipe and the upstream socket taken from conn.
-func (l *muxLoop) open(conn net.Conn) error {
-	fd, err := takeFD(conn)
-	if err != nil {
-		return err
-	}
-	l.up.fd = fd
+// open sets up epoll, the wake pipe and the two shared connections.
+func (l *muxLoop) open() error {
+	var err error
 	if l.epfd, err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC); err != nil {
 		return os.NewSyscallError("epoll_create1", err)
 	}
@@ -108,8 +113,27 @@ func (l *muxLoop) open(conn net.Conn) error {
 	if err = l.ctl(syscall.EPOLL_CTL_ADD, l.wakeR, syscall.EPOLLIN); err != nil {
 		return err
 	}
-	l.up.events = syscall.EPOLLIN
-	return l.ctl(syscall.EPOLL_CTL_ADD, l.up.fd, l.up.events)
+	for i := range l.up {
+		if err = l.dial(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dial opens shared connection i.
+func (l *muxLoop) dial(i int) error {
+	conn, err := l.p.openShared()
+	if err != nil {
+		return err
+	}
+	fd, err := takeFD(conn)
+	if err != nil {
+		return err
+	}
+	u := &l.up[i]
+	u.fd, u.events = fd, syscall.EPOLLIN
+	return l.ctl(syscall.EPOLL_CTL_ADD, fd, u.events)
 }
 
 // takeFD returns a duplicate of conn's socket, still non-blocking, and closes conn, so
@@ -211,12 +235,16 @@ func (l *muxLoop) run() {
 				if !l.admit() {
 					return
 				}
-			case fd == l.up.fd:
+			case fd == l.up[upReads].fd || fd == l.up[upWrites].fd:
+				i := upReads
+				if fd == l.up[upWrites].fd {
+					i = upWrites
+				}
 				if ev.Events&syscall.EPOLLOUT != 0 {
-					l.flushUp()
+					l.flushUp(i)
 				}
 				if ev.Events&(syscall.EPOLLIN|syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
-					l.readUp()
+					l.readUp(i)
 				}
 			default:
 				c := l.clients[fd]
@@ -234,10 +262,14 @@ func (l *muxLoop) run() {
 				}
 			}
 		}
-		l.flushUp() // one write carries every command of this turn
+		// One write per connection carries every command of this turn.
+		l.flushUp(upReads)
+		l.flushUp(upWrites)
 		l.finish()
-		if l.up.fd < 0 && !l.redial() {
-			return
+		for i := range l.up {
+			if l.up[i].fd < 0 && !l.redial(i) {
+				return
+			}
 		}
 	}
 }
@@ -325,6 +357,12 @@ func (l *muxLoop) readClient(c *loopClient) {
 			pin = &l.p.stats.pinCommand
 			break
 		}
+		if c.owed == 0 && cmds == 0 {
+			c.on = upReads
+			if mayWrite(ps.Name()) {
+				c.on = upWrites
+			}
+		}
 		end = int(ps.Offset() - c.base)
 		cmds++
 	}
@@ -335,13 +373,14 @@ func (l *muxLoop) readClient(c *loopClient) {
 		pin = &l.p.stats.pinTooLarge // a command larger than the buffer
 	}
 	if cmds > 0 {
-		l.up.out = append(l.up.out, c.in[:end]...)
-		l.up.queue.push(c, cmds)
+		u := &l.up[c.on]
+		u.out = append(u.out, c.in[:end]...)
+		u.queue.push(c, cmds)
 		c.owed += cmds
 		c.pending = copy(c.in, c.in[end:c.pending])
 		c.base += int64(end)
-		if len(l.up.out) >= muxOpen {
-			l.flushUp()
+		if len(u.out) >= muxOpen {
+			l.flushUp(c.on)
 		}
 	}
 	if pin != nil {
@@ -370,15 +409,15 @@ func (l *muxLoop) hangUp(c *loopClient) {
 	l.settle(c)
 }
 
-// flushUp writes the commands gathered for Redis.
-func (l *muxLoop) flushUp() {
-	u := &l.up
+// flushUp writes the commands gathered for shared connection i.
+func (l *muxLoop) flushUp(i int) {
+	u := &l.up[i]
 	if u.fd < 0 || len(u.out) == 0 {
 		return
 	}
 	n, err := ioRetry(syscall.Write, u.fd, u.out)
 	if err != nil && err != syscall.EAGAIN {
-		l.upFailed(err)
+		l.upFailed(i, err)
 		return
 	}
 	u.out = u.out[:copy(u.out, u.out[max(n, 0):])]
@@ -388,12 +427,19 @@ func (l *muxLoop) flushUp() {
 	}
 	if want != u.events {
 		if err := l.ctl(syscall.EPOLL_CTL_MOD, u.fd, want); err != nil {
-			l.upFailed(err)
+			l.upFailed(i, err)
 			return
 		}
 		u.events = want
 	}
-	if throttle := len(u.out) >= muxOpen; throttle != l.throttled {
+	l.throttle()
+}
+
+// throttle stops reading clients while Redis is behind on either connection, and
+// starts again when it has caught up.
+func (l *muxLoop) throttle() {
+	throttle := len(l.up[upReads].out) >= muxOpen || len(l.up[upWrites].out) >= muxOpen
+	if throttle != l.throttled {
 		l.throttled = throttle
 		for _, c := range l.clients {
 			l.update(c)
@@ -401,28 +447,29 @@ func (l *muxLoop) flushUp() {
 	}
 }
 
-// readUp reads replies and hands each to the client whose command it answers.
-func (l *muxLoop) readUp() {
-	u := &l.up
+// readUp reads shared connection i's replies and hands each to the client whose command
+// it answers.
+func (l *muxLoop) readUp(i int) {
+	u := &l.up[i]
 	if u.fd < 0 {
 		return
 	}
-	n, err := ioRetry(syscall.Read, u.fd, u.in)
+	n, err := ioRetry(syscall.Read, u.fd, l.in)
 	switch {
 	case err == syscall.EAGAIN:
 		return
 	case err != nil:
-		l.upFailed(err)
+		l.upFailed(i, err)
 		return
 	case n == 0:
-		l.upFailed(errors.New("closed by Redis"))
+		l.upFailed(i, errors.New("closed by Redis"))
 		return
 	}
-	data := u.in[:n]
+	data := l.in[:n]
 	for len(data) > 0 {
 		e, ok := u.queue.front()
 		if !ok {
-			l.upFailed(errors.New("a reply no client is waiting for"))
+			l.upFailed(i, errors.New("a reply no client is waiting for"))
 			return
 		}
 		// c's whole replies in data in one piece, and the start of one that goes on.
@@ -430,7 +477,7 @@ func (l *muxLoop) readUp() {
 		for end < len(data) && replies < e.n {
 			k, done := u.scan.scan(data[end:])
 			if u.scan.err != nil {
-				l.upFailed(u.scan.err)
+				l.upFailed(i, u.scan.err)
 				return
 			}
 			end += k
@@ -548,10 +595,10 @@ func (l *muxLoop) handBack(c *loopClient) {
 	}
 }
 
-// upFailed gives up the shared connection: the clients owed replies on it are closed,
+// upFailed gives up shared connection i: the clients owed replies on it are closed,
 // since those replies are lost, and the loop dials a new one at the end of the turn.
-func (l *muxLoop) upFailed(err error) {
-	u := &l.up
+func (l *muxLoop) upFailed(i int, err error) {
+	u := &l.up[i]
 	if u.fd < 0 {
 		return
 	}
@@ -569,26 +616,15 @@ func (l *muxLoop) upFailed(err error) {
 	}
 	u.out = u.out[:0]
 	u.scan = replyScanner{}
-	if l.throttled {
-		l.throttled = false
-		for _, c := range l.clients {
-			l.update(c)
-		}
-	}
+	l.throttle()
 }
 
-// redial opens a new shared connection; when that fails it closes every client and
+// redial opens a new shared connection i; when that fails it closes every client and
 // reports false, ending the loop.
-func (l *muxLoop) redial() bool {
-	conn, err := l.p.openShared()
+func (l *muxLoop) redial(i int) bool {
+	err := l.dial(i)
 	if err == nil {
-		var fd int
-		if fd, err = takeFD(conn); err == nil {
-			l.up.fd, l.up.events = fd, syscall.EPOLLIN
-			if err = l.ctl(syscall.EPOLL_CTL_ADD, fd, l.up.events); err == nil {
-				return true
-			}
-		}
+		return true
 	}
 	l.p.sharedFailed(err)
 	return false
@@ -613,7 +649,7 @@ func (l *muxLoop) shutdown() {
 }
 
 func (l *muxLoop) closeFDs() {
-	for _, fd := range []int{l.up.fd, l.epfd, l.wakeR} {
+	for _, fd := range []int{l.up[upReads].fd, l.up[upWrites].fd, l.epfd, l.wakeR} {
 		if fd >= 0 {
 			_ = syscall.Close(fd)
 		}

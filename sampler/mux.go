@@ -68,6 +68,16 @@ func muxable(name, sub []byte, nargs int) bool {
 	return false
 }
 
+// mayWrite reports whether a shared command goes to the writes connection: the commands
+// Redis holds back under CLIENT PAUSE WRITE, which are the writes and PFCOUNT (it may
+// replicate a cache update).
+func mayWrite(name []byte) bool {
+	if cmd, ok := LookupCommand(name); ok && cmd.Op == OpWrite {
+		return true
+	}
+	return bytes.EqualFold(name, []byte("PFCOUNT"))
+}
+
 // muxLoop returns the event loop of the shared upstream connection, starting one when
 // there is none or the last one ended; nil when multiplexing is off, the proxy is
 // closing, or Redis cannot be shared now (then the client gets a connection of its own).

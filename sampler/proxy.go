@@ -78,9 +78,10 @@ const proxyBatches = 4
 //
 // By default (on Linux) it multiplexes, as twemproxy does: the plain commands of every
 // client — the key commands of the command table except blocking pops and scripts, plus
-// PING and ECHO — go over one shared connection to Redis, written in one write per turn
-// of an event loop, so Redis reads and answers many clients at once; each reply goes back
-// to the client whose command it answers; so do CLIENT SETINFO and SELECT 0, which
+// PING and ECHO — go over two shared connections to Redis, one for reads and one for
+// writes (so that writes Redis holds back during a failover do not hold back reads),
+// written in one write per turn of an event loop, so Redis reads and answers many
+// clients at once; each reply goes back to the client whose command it answers; so do CLIENT SETINFO and SELECT 0, which
 // clients send when they connect and which change nothing that matters on the shared
 // connection. A client's first other command (AUTH, SELECT of another database, HELLO,
 // MULTI, WATCH, BLPOP, SUBSCRIBE, another CLIENT subcommand, WAIT, EVAL, an unknown

@@ -1,0 +1,1295 @@
+package sampler_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+	"github.com/hotkeyd/hotkeyd/sampler"
+)
+
+// These tests drive the proxy's multiplexing through its public API against a real
+// redis-server: clients' plain commands share one upstream connection, any other command
+// pins the client to a connection of its own, and either way every client must see
+// exactly what it would see talking to Redis directly. Most tests run twice, multiplexed
+// (the default) and with ConnPerClient, which must behave the same.
+
+// muxDeadline bounds every raw connection's I/O, so that a stalled proxy fails a test
+// instead of hanging it. Nothing here comes near it when the proxy works.
+const muxDeadline = 10 * time.Second
+
+// muxModes are the two ways a proxy serves its clients.
+var muxModes = []struct {
+	name      string
+	perClient bool
+}{
+	{"shared", false},
+	{"ConnPerClient", true},
+}
+
+// muxProxy starts a proxy in front of srv, closed when the test ends.
+func muxProxy(t *testing.T, srv *redistest.Server, perClient bool, bufSize int) *sampler.Proxy {
+	t.Helper()
+	return startProxy(t, sampler.ProxyOptions{
+		Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: perClient, BufferSize: bufSize,
+	})
+}
+
+// RESP encodings of commands and of the replies they must get.
+
+// muxCmd encodes a command as a RESP array of bulk strings.
+func muxCmd(args ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return b.String()
+}
+
+func muxBulk(s string) string { return "$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n" }
+
+func muxInt(n int64) string { return ":" + strconv.FormatInt(n, 10) + "\r\n" }
+
+const (
+	muxOK  = "+OK\r\n"
+	muxNil = "$-1\r\n"
+)
+
+// muxReadReply reads one whole reply, RESP2 or RESP3, and returns its bytes verbatim.
+func muxReadReply(r *bufio.Reader) (string, error) {
+	var b strings.Builder
+	err := muxReadInto(&b, r, 0)
+	return b.String(), err
+}
+
+func muxReadInto(b *strings.Builder, r *bufio.Reader, depth int) error {
+	if depth > 16 {
+		return errors.New("reply nested too deep")
+	}
+	line, err := r.ReadString('\n')
+	b.WriteString(line)
+	if err != nil {
+		return err
+	}
+	if len(line) < 3 || !strings.HasSuffix(line, "\r\n") {
+		return fmt.Errorf("malformed reply line %q", line)
+	}
+	body := line[1 : len(line)-2]
+	switch line[0] {
+	case '+', '-', ':', '_', ',', '#', '(':
+		return nil
+	case '$', '!', '=':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return fmt.Errorf("bad bulk length in %q", line)
+		}
+		if n < 0 {
+			return nil
+		}
+		buf := make([]byte, n+2)
+		k, err := io.ReadFull(r, buf)
+		b.Write(buf[:k])
+		return err
+	case '*', '~', '>', '%', '|':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return fmt.Errorf("bad aggregate length in %q", line)
+		}
+		if line[0] == '%' || line[0] == '|' {
+			n *= 2
+		}
+		for range n {
+			if err := muxReadInto(b, r, depth+1); err != nil {
+				return err
+			}
+		}
+		if line[0] == '|' { // an attribute comes before the reply it annotates
+			return muxReadInto(b, r, depth+1)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown reply type in %q", line)
+}
+
+// muxConn is a raw client connection.
+type muxConn struct {
+	*net.TCPConn
+	r *bufio.Reader
+}
+
+// muxDial connects to addr, with muxDeadline on all I/O; the test closes it when it ends.
+func muxDial(t testing.TB, addr string) *muxConn {
+	t.Helper()
+	c, err := muxDialErr(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func muxDialErr(addr string) (*muxConn, error) {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Now().Add(muxDeadline))
+	return &muxConn{conn.(*net.TCPConn), bufio.NewReader(conn)}, nil
+}
+
+// send writes s, failing the test when it cannot.
+func (c *muxConn) send(t testing.TB, s string) {
+	t.Helper()
+	if _, err := io.WriteString(c, s); err != nil {
+		t.Fatalf("write %q: %v", muxShort(s), err)
+	}
+}
+
+// reply reads one reply, failing the test when it cannot.
+func (c *muxConn) reply(t testing.TB) string {
+	t.Helper()
+	got, err := muxReadReply(c.r)
+	if err != nil {
+		t.Fatalf("read reply: got %q, %v; want a whole reply", muxShort(got), err)
+	}
+	return got
+}
+
+// do sends a command and returns its reply.
+func (c *muxConn) do(t testing.TB, args ...string) string {
+	t.Helper()
+	c.send(t, muxCmd(args...))
+	return c.reply(t)
+}
+
+// expect sends a command and checks its reply.
+func (c *muxConn) expect(t testing.TB, want string, args ...string) {
+	t.Helper()
+	if got := c.do(t, args...); got != want {
+		t.Fatalf("%s: got %q; want %q", strings.Join(args, " "), muxShort(got), muxShort(want))
+	}
+}
+
+// expectEOF reads the rest of the stream and checks that it is empty and ends cleanly.
+func (c *muxConn) expectEOF(t testing.TB) {
+	t.Helper()
+	rest, err := io.ReadAll(c.r)
+	if len(rest) > 0 || err != nil {
+		t.Fatalf("after the last reply: got %q, %v; want end of file", muxShort(string(rest)), err)
+	}
+}
+
+// muxShort shortens s for a message.
+func muxShort(s string) string {
+	if len(s) > 200 {
+		return s[:100] + fmt.Sprintf("…(%d bytes)…", len(s)-200) + s[len(s)-100:]
+	}
+	return s
+}
+
+// muxModel is a client's view of its own keys: what each reply must be.
+type muxModel struct {
+	prefix string
+	vals   [4]*string // keys prefix:k0..k3
+	n      int64      // key prefix:n, a counter
+}
+
+func muxKey(prefix string, j int) string { return prefix + ":k" + strconv.Itoa(j) }
+
+// muxOp is one command of a pipeline and the reply it must get.
+type muxOp struct {
+	args   []string
+	inline bool   // may be sent as an inline command: no argument needs quoting
+	want   string // the reply, RESP2
+	// For go-redis: what the command returns.
+	kind string // "set", "get", "incr", "mget", "del", "lrange"
+	str  *string
+	num  int64
+	strs []*string
+	err  string // an error reply's message
+}
+
+// Redis's error replies to the commands of muxModel.pipeline.
+const (
+	muxNotInteger = "ERR value is not an integer or out of range"
+	muxWrongType  = "WRONGTYPE Operation against a key holding the wrong kind of value"
+)
+
+// pipeline returns depth random commands on m's keys, applied to m.
+func (m *muxModel) pipeline(rng *rand.Rand, tag string, depth int) []muxOp {
+	ops := make([]muxOp, 0, depth)
+	for i := range depth {
+		j := rng.IntN(4)
+		k := muxKey(m.prefix, j)
+		switch rng.IntN(7) {
+		case 0:
+			v := fmt.Sprintf("%s.%s.%d", m.prefix, tag, i)
+			plain := true
+			switch rng.IntN(16) {
+			case 0, 1: // bytes that look like RESP
+				v += "\r\n$3\r\n*1\r\n:5\r\n"
+				plain = false
+			case 2: // a value that spans reads
+				v += strings.Repeat("0123456789abcdef", 200)
+			}
+			m.vals[j] = &v
+			ops = append(ops, muxOp{args: []string{"SET", k, v}, inline: plain, want: muxOK, kind: "set"})
+		case 1:
+			want := muxNil
+			if m.vals[j] != nil {
+				want = muxBulk(*m.vals[j])
+			}
+			ops = append(ops, muxOp{args: []string{"GET", k}, inline: true, want: want, kind: "get", str: m.vals[j]})
+		case 2:
+			m.n++
+			ops = append(ops, muxOp{args: []string{"INCR", m.prefix + ":n"}, inline: true, want: muxInt(m.n), kind: "incr", num: m.n})
+		case 3:
+			args := []string{"MGET"}
+			want := "*4\r\n"
+			for jj := range 4 {
+				args = append(args, muxKey(m.prefix, jj))
+				if m.vals[jj] == nil {
+					want += muxNil
+				} else {
+					want += muxBulk(*m.vals[jj])
+				}
+			}
+			ops = append(ops, muxOp{args: args, inline: true, want: want, kind: "mget", strs: slices.Clone(m.vals[:])})
+		case 4:
+			var n int64
+			if m.vals[j] != nil {
+				n = 1
+			}
+			m.vals[j] = nil
+			ops = append(ops, muxOp{args: []string{"DEL", k}, inline: true, want: muxInt(n), kind: "del", num: n})
+		case 5: // an error reply when the value is not a number
+			op := muxOp{args: []string{"INCR", k}, inline: true, kind: "incr"}
+			var n int64
+			var err error
+			if m.vals[j] != nil {
+				n, err = strconv.ParseInt(*m.vals[j], 10, 64)
+			}
+			if err != nil {
+				op.want, op.err = "-"+muxNotInteger+"\r\n", muxNotInteger
+			} else {
+				v := strconv.FormatInt(n+1, 10)
+				m.vals[j] = &v
+				op.want, op.num = muxInt(n+1), n+1
+			}
+			ops = append(ops, op)
+		case 6: // an empty array, or an error reply
+			op := muxOp{args: []string{"LRANGE", k, "0", "-1"}, inline: true, want: "*0\r\n", kind: "lrange"}
+			if m.vals[j] != nil {
+				op.want, op.err = "-"+muxWrongType+"\r\n", muxWrongType
+			}
+			ops = append(ops, op)
+		}
+	}
+	return ops
+}
+
+// muxRawRound sends ops on c — in one write, split in two writes at a random byte, or
+// one write per command — and checks every reply. It returns an I/O error as ioErr, and a
+// wrong reply as wrong.
+func muxRawRound(c *muxConn, rng *rand.Rand, ops []muxOp) (ioErr, wrong error) {
+	_ = c.SetDeadline(time.Now().Add(muxDeadline))
+	var req strings.Builder
+	var cmds []string
+	for _, op := range ops {
+		var s string
+		if op.inline && rng.IntN(4) == 0 {
+			s = strings.Join(op.args, " ") + "\r\n"
+		} else {
+			s = muxCmd(op.args...)
+		}
+		cmds = append(cmds, s)
+		req.WriteString(s)
+	}
+	var writes []string
+	switch all := req.String(); rng.IntN(3) {
+	case 0:
+		writes = []string{all}
+	case 1:
+		k := 1 + rng.IntN(len(all)-1)
+		writes = []string{all[:k], all[k:]}
+	default:
+		writes = cmds
+	}
+	for i, w := range writes {
+		if i > 0 {
+			time.Sleep(time.Millisecond) // let the proxy read the first part alone
+		}
+		if _, err := io.WriteString(c, w); err != nil {
+			return err, nil
+		}
+	}
+	for i, op := range ops {
+		got, err := muxReadReply(c.r)
+		if err != nil {
+			return fmt.Errorf("reply %d of %d: %w", i, len(ops), err), nil
+		}
+		if got != op.want {
+			return nil, fmt.Errorf("reply %d of %d, to %q: got %q; want %q",
+				i, len(ops), muxShort(strings.Join(op.args, " ")), muxShort(got), muxShort(op.want))
+		}
+	}
+	return nil, nil
+}
+
+// muxCheckGoRedis checks the result of a go-redis command against op.
+func muxCheckGoRedis(cmd redis.Cmder, op muxOp) error {
+	var got, want string
+	switch op.kind {
+	case "set":
+		v, err := cmd.(*redis.StatusCmd).Result()
+		got, want = fmt.Sprintf("%s %v", v, err), "OK <nil>"
+	case "get":
+		v, err := cmd.(*redis.StringCmd).Result()
+		got = fmt.Sprintf("%q %v", v, err)
+		if op.str == nil {
+			want = fmt.Sprintf("%q %v", "", redis.Nil)
+		} else {
+			want = fmt.Sprintf("%q <nil>", *op.str)
+		}
+	case "incr", "del":
+		v, err := cmd.(*redis.IntCmd).Result()
+		got, want = fmt.Sprintf("%d %v", v, err), fmt.Sprintf("%d <nil>", op.num)
+		if op.err != "" {
+			want = "0 " + op.err
+		}
+	case "lrange":
+		v, err := cmd.(*redis.StringSliceCmd).Result()
+		got, want = fmt.Sprintf("%q %v", v, err), "[] <nil>"
+		if op.err != "" {
+			want = "[] " + op.err
+		}
+	case "mget":
+		v, err := cmd.(*redis.SliceCmd).Result()
+		got = fmt.Sprintf("%q %v", v, err)
+		w := make([]any, len(op.strs))
+		for i, s := range op.strs {
+			if s != nil {
+				w[i] = *s
+			}
+		}
+		want = fmt.Sprintf("%q <nil>", w)
+	}
+	if got != want {
+		return fmt.Errorf("%q: got %s; want %s", muxShort(strings.Join(op.args, " ")), muxShort(got), muxShort(want))
+	}
+	return nil
+}
+
+// muxClientIDs returns the ids of the connections Redis has, but the caller's.
+func muxClientIDs(t *testing.T, direct *redis.Client) map[string]bool {
+	t.Helper()
+	list, err := direct.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for line := range strings.Lines(list) {
+		if strings.Contains(line, " cmd=client|list ") {
+			continue
+		}
+		for f := range strings.FieldsSeq(line) {
+			if id, ok := strings.CutPrefix(f, "id="); ok {
+				ids[id] = true
+			}
+		}
+	}
+	return ids
+}
+
+// TestMuxDemux has 32 clients, raw and go-redis, pipeline random mixes of commands on
+// keys of their own, each reply checked exactly, and checks first that multiplexing is
+// on: many raw clients, two upstream connections (one for reads, one for writes).
+func TestMuxDemux(t *testing.T) {
+	for _, m := range []struct {
+		name      string
+		perClient bool
+		bufSize   int
+	}{
+		{"shared", false, 0},
+		{"shared/BufferSize=1024", false, 1024},
+		{"ConnPerClient", true, 0},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			p := muxProxy(t, srv, m.perClient, m.bufSize)
+			direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer direct.Close()
+
+			// Multiplexing carries all the raw clients over the two shared connections.
+			const idle = 16
+			for range idle {
+				muxDial(t, p.Addr().String()).expect(t, "+PONG\r\n", "PING")
+			}
+			want := 2
+			if m.perClient {
+				want = idle
+			}
+			waitFor(t, fmt.Sprintf("%d upstream connections", want), func() bool {
+				return len(muxClientIDs(t, direct)) == want
+			})
+
+			testMuxDemux(t, p.Addr().String())
+		})
+	}
+}
+
+func testMuxDemux(t *testing.T, addr string) {
+	const (
+		raw     = 24 // clients on raw connections; the rest use go-redis
+		clients = 32
+		rounds  = 40
+	)
+	var wg sync.WaitGroup
+	for id := range clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(1, uint64(id)))
+			m := &muxModel{prefix: fmt.Sprintf("demux:%02d", id)}
+			if id < raw {
+				c, err := muxDialErr(addr)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer c.Close()
+				for round := range rounds {
+					ops := m.pipeline(rng, strconv.Itoa(round), 1+rng.IntN(32))
+					ioErr, wrong := muxRawRound(c, rng, ops)
+					if err := errors.Join(ioErr, wrong); err != nil {
+						t.Errorf("raw client %d, round %d: %v", id, round, err)
+						return
+					}
+				}
+				return
+			}
+			c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1})
+			defer c.Close()
+			ctx := context.Background()
+			for round := range rounds {
+				ops := m.pipeline(rng, strconv.Itoa(round), 1+rng.IntN(32))
+				cmds, err := c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+					for _, op := range ops {
+						switch op.kind {
+						case "set":
+							pl.Set(ctx, op.args[1], op.args[2], 0)
+						case "get":
+							pl.Get(ctx, op.args[1])
+						case "incr":
+							pl.Incr(ctx, op.args[1])
+						case "mget":
+							pl.MGet(ctx, op.args[1:]...)
+						case "del":
+							pl.Del(ctx, op.args[1])
+						case "lrange":
+							pl.LRange(ctx, op.args[1], 0, -1)
+						}
+					}
+					return nil
+				})
+				if rerr := redis.Error(nil); err != nil && !errors.As(err, &rerr) { // replies are checked below
+					t.Errorf("go-redis client %d, round %d: %v", id, round, err)
+					return
+				}
+				for i, op := range ops {
+					if err := muxCheckGoRedis(cmds[i], op); err != nil {
+						t.Errorf("go-redis client %d, round %d, command %d: %v", id, round, i, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestMuxPinning checks that commands that keep state on their connection work through
+// the proxy as on a connection of one's own, and that their state stays with the client
+// that made it.
+func TestMuxPinning(t *testing.T) {
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			p := muxProxy(t, srv, m.perClient, 0)
+			testMuxPinning(t, srv, p.Addr().String())
+		})
+	}
+}
+
+func testMuxPinning(t *testing.T, srv *redistest.Server, addr string) {
+	ctx := context.Background()
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	blocked := func() string {
+		info, err := direct.Info(ctx, "clients").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(info) {
+			if strings.HasPrefix(line, "blocked_clients:") {
+				return strings.TrimSpace(line)
+			}
+		}
+		return "no blocked_clients in INFO"
+	}
+
+	t.Run("select", func(t *testing.T) {
+		a, b := muxDial(t, addr), muxDial(t, addr)
+		b.expect(t, muxOK, "SET", "sel:k", "zero")
+		a.expect(t, muxOK, "SELECT", "1")
+		a.expect(t, muxOK, "SET", "sel:k", "one")
+		b.expect(t, muxBulk("zero"), "GET", "sel:k")
+		a.expect(t, muxBulk("one"), "GET", "sel:k")
+		// A fresh client is in DB 0 too.
+		muxDial(t, addr).expect(t, muxBulk("zero"), "GET", "sel:k")
+		if got, err := direct.Get(ctx, "sel:k").Result(); err != nil || got != "zero" {
+			t.Fatalf("direct GET sel:k in DB 0: got %q, %v; want zero", got, err)
+		}
+	})
+
+	t.Run("client setname", func(t *testing.T) {
+		a, b := muxDial(t, addr), muxDial(t, addr)
+		b.expect(t, muxNil, "GET", "name:none") // b starts out shared
+		a.expect(t, muxOK, "CLIENT", "SETNAME", "alice")
+		a.expect(t, muxBulk("alice"), "CLIENT", "GETNAME")
+		// b pins with a shared reply owed, in one write.
+		b.send(t, muxCmd("GET", "name:none")+muxCmd("CLIENT", "GETNAME"))
+		if got := b.reply(t) + b.reply(t); got != muxNil+muxNil {
+			t.Fatalf("GET, CLIENT GETNAME on another client: got %q; want %q", got, muxNil+muxNil)
+		}
+	})
+
+	t.Run("multi exec", func(t *testing.T) {
+		const (
+			txs      = 50
+			hammers  = 4
+			hRounds  = 25
+			hPerPipe = 10
+		)
+		a := muxDial(t, addr)
+		var wg sync.WaitGroup
+		for h := range hammers {
+			c := muxDial(t, addr)
+			wg.Go(func() {
+				last := int64(0)
+				for range hRounds {
+					if _, err := io.WriteString(c, strings.Repeat(muxCmd("INCR", "tx:ctr"), hPerPipe)); err != nil {
+						t.Errorf("hammer %d: %v", h, err)
+						return
+					}
+					for range hPerPipe {
+						got, err := muxReadReply(c.r)
+						n, perr := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(got, ":"), "\r\n"), 10, 64)
+						if err != nil || perr != nil || n <= last {
+							t.Errorf("hammer %d INCR: got %q, %v; want an integer over %d", h, got, err, last)
+							return
+						}
+						last = n
+					}
+				}
+			})
+		}
+		for i := range txs {
+			a.send(t, "MULTI\r\nINCR tx:ctr\r\nINCR tx:ctr\r\nGET tx:ctr\r\nEXEC\r\n")
+			var got []string
+			for range 5 {
+				got = append(got, a.reply(t))
+			}
+			if fmt.Sprint(got[:4]) != fmt.Sprint([]string{muxOK, "+QUEUED\r\n", "+QUEUED\r\n", "+QUEUED\r\n"}) {
+				t.Fatalf("transaction %d: got %q; want +OK and 3 × +QUEUED", i, got[:4])
+			}
+			// EXEC: [n, n+1, "n+1"], whatever the other clients did meanwhile.
+			parts := strings.Split(got[4], "\r\n")
+			x, err := strconv.ParseInt(strings.TrimPrefix(parts[min(1, len(parts)-1)], ":"), 10, 64)
+			if want := "*3\r\n" + muxInt(x) + muxInt(x+1) + muxBulk(strconv.FormatInt(x+1, 10)); err != nil || got[4] != want {
+				t.Fatalf("transaction %d EXEC: got %q; want [n n+1 \"n+1\"]", i, got[4])
+			}
+		}
+		wg.Wait()
+		want := strconv.Itoa(2*txs + hammers*hRounds*hPerPipe)
+		muxDial(t, addr).expect(t, muxBulk(want), "GET", "tx:ctr")
+	})
+
+	t.Run("watch", func(t *testing.T) {
+		a, b := muxDial(t, addr), muxDial(t, addr)
+		b.expect(t, muxOK, "SET", "watch:k", "before")
+		a.expect(t, muxOK, "WATCH", "watch:k")
+		b.expect(t, muxOK, "SET", "watch:k", "changed")
+		a.send(t, "MULTI\r\nSET watch:k mine\r\nEXEC\r\n")
+		if got := a.reply(t) + a.reply(t) + a.reply(t); got != muxOK+"+QUEUED\r\n*-1\r\n" {
+			t.Fatalf("MULTI, SET, EXEC after the watched key changed: got %q; want the EXEC aborted (*-1)", got)
+		}
+		b.expect(t, muxBulk("changed"), "GET", "watch:k")
+		// Unchanged, the transaction runs.
+		a.expect(t, muxOK, "WATCH", "watch:k")
+		a.send(t, "MULTI\r\nSET watch:k mine\r\nEXEC\r\n")
+		if got := a.reply(t) + a.reply(t) + a.reply(t); got != muxOK+"+QUEUED\r\n*1\r\n+OK\r\n" {
+			t.Fatalf("MULTI, SET, EXEC: got %q; want the EXEC run", got)
+		}
+		b.expect(t, muxBulk("mine"), "GET", "watch:k")
+	})
+
+	t.Run("blpop", func(t *testing.T) {
+		a, b := muxDial(t, addr), muxDial(t, addr)
+		b.expect(t, muxOK, "SET", "blpop:k", "v")
+		if got := blocked(); got != "blocked_clients:0" {
+			t.Fatalf("before BLPOP: got %s; want blocked_clients:0", got)
+		}
+		a.send(t, muxCmd("BLPOP", "blpop:q", "0"))
+		waitFor(t, "BLPOP to block", func() bool { return blocked() == "blocked_clients:1" })
+		for i := range 100 {
+			if got := b.do(t, "GET", "blpop:k"); got != muxBulk("v") {
+				t.Fatalf("GET %d while another client is blocked: got %q; want %q", i, got, muxBulk("v"))
+			}
+		}
+		if got := blocked(); got != "blocked_clients:1" {
+			t.Fatalf("after 100 GETs: got %s; want blocked_clients:1", got)
+		}
+		b.expect(t, muxInt(1), "LPUSH", "blpop:q", "job")
+		if got, want := a.reply(t), "*2\r\n"+muxBulk("blpop:q")+muxBulk("job"); got != want {
+			t.Fatalf("BLPOP: got %q; want %q", got, want)
+		}
+	})
+
+	t.Run("subscribe", func(t *testing.T) {
+		a, b := muxDial(t, addr), muxDial(t, addr)
+		b.expect(t, muxNil, "GET", "sub:none")
+		a.expect(t, "*3\r\n"+muxBulk("subscribe")+muxBulk("sub:ch")+muxInt(1), "SUBSCRIBE", "sub:ch")
+		b.expect(t, muxInt(1), "PUBLISH", "sub:ch", "news")
+		if got, want := a.reply(t), "*3\r\n"+muxBulk("message")+muxBulk("sub:ch")+muxBulk("news"); got != want {
+			t.Fatalf("message: got %q; want %q", got, want)
+		}
+		muxDial(t, addr).expect(t, muxNil, "GET", "sub:none")
+	})
+
+	t.Run("hello 3", func(t *testing.T) {
+		a, b := muxDial(t, addr), muxDial(t, addr)
+		b.expect(t, muxInt(1), "HSET", "hello:h", "f", "v")
+		hello := a.do(t, "HELLO", "3")
+		if !strings.HasPrefix(hello, "%") || !strings.Contains(hello, muxBulk("proto")+":3\r\n") {
+			t.Fatalf("HELLO 3: got %q; want a map with proto 3", hello)
+		}
+		resp3 := "%1\r\n" + muxBulk("f") + muxBulk("v")
+		resp2 := "*2\r\n" + muxBulk("f") + muxBulk("v")
+		a.expect(t, resp3, "HGETALL", "hello:h")
+		a.expect(t, "_\r\n", "GET", "hello:none")
+		b.expect(t, resp2, "HGETALL", "hello:h")
+		b.expect(t, muxNil, "GET", "hello:none")
+		muxDial(t, addr).expect(t, resp2, "HGETALL", "hello:h")
+	})
+
+	t.Run("quit", func(t *testing.T) {
+		a := muxDial(t, addr)
+		a.send(t, "PING\r\nQUIT\r\n")
+		if got := a.reply(t) + a.reply(t); got != "+PONG\r\n"+muxOK {
+			t.Fatalf("PING, QUIT: got %q; want +PONG +OK", got)
+		}
+		a.expectEOF(t)
+	})
+
+	t.Run("order across the pin", func(t *testing.T) {
+		for _, tt := range []struct {
+			req   string
+			split int // when not 0, where the request is cut in two writes
+			want  []string
+		}{
+			{"SET x 1\r\nGET x\r\nSELECT 0\r\nGET x\r\nINCR x\r\n", 0,
+				[]string{muxOK, muxBulk("1"), muxOK, muxBulk("1"), muxInt(2)}},
+			// SELECT 1 pins for sure; GET x must read DB 1, and SELECT 0 come back.
+			{"SET x 1\r\nGET x\r\nSELECT 1\r\nGET x\r\nSELECT 0\r\nINCR x\r\n", 0,
+				[]string{muxOK, muxBulk("1"), muxOK, muxNil, muxOK, muxInt(2)}},
+			{"SET x 1\r\nGET x\r\nSELECT 1\r\nGET x\r\nSELECT 0\r\nINCR x\r\n", len("SET x 1\r\nGET x\r\nSEL"),
+				[]string{muxOK, muxBulk("1"), muxOK, muxNil, muxOK, muxInt(2)}},
+			{"SET x 1\r\nGET x\r\nCLIENT SETNAME x\r\nGET x\r\nINCR x\r\n", 0,
+				[]string{muxOK, muxBulk("1"), muxOK, muxBulk("1"), muxInt(2)}},
+		} {
+			a := muxDial(t, addr)
+			if tt.split > 0 {
+				a.send(t, tt.req[:tt.split])
+				time.Sleep(time.Millisecond) // let the proxy read the first part alone
+				a.send(t, tt.req[tt.split:])
+			} else {
+				a.send(t, tt.req)
+			}
+			var got []string
+			for range tt.want {
+				got = append(got, a.reply(t))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("%q: got %q; want %q", tt.req, got, tt.want)
+			}
+			a.expect(t, muxInt(3), "INCR", "x")
+		}
+	})
+}
+
+// TestMuxBigCommand sends a value 25 times the proxy's read buffer, so the command does
+// not fit the buffer and pins the client, and checks it and the commands around it.
+func TestMuxBigCommand(t *testing.T) {
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			p := muxProxy(t, srv, m.perClient, 4096)
+			addr := p.Addr().String()
+			rng := rand.New(rand.NewPCG(2, 3))
+			big := make([]byte, 100<<10)
+			for i := range big {
+				big[i] = "ab\r\n$*:0"[rng.IntN(8)]
+			}
+			value := string(big)
+			b := muxDial(t, addr)
+			b.expect(t, muxOK, "SET", "big:s", "1")
+
+			// Small commands, the big one and more, in one write.
+			a := muxDial(t, addr)
+			a.send(t, muxCmd("SET", "big:t", "1")+muxCmd("GET", "big:t")+muxCmd("SET", "big:v", value)+
+				muxCmd("GET", "big:v")+muxCmd("GET", "big:t"))
+			var got []string
+			for range 5 {
+				got = append(got, a.reply(t))
+			}
+			if want := []string{muxOK, muxBulk("1"), muxOK, muxBulk(value), muxBulk("1")}; !slices.Equal(got, want) {
+				for i := range want {
+					if got[i] != want[i] {
+						t.Fatalf("reply %d: got %q; want %q", i, muxShort(got[i]), muxShort(want[i]))
+					}
+				}
+			}
+			a.expect(t, "+PONG\r\n", "PING")
+			a.expect(t, muxInt(2), "INCR", "big:t")
+
+			// The big command first, sent in 1 KiB writes.
+			c := muxDial(t, addr)
+			cmd := muxCmd("SET", "big:w", value)
+			for len(cmd) > 0 {
+				n := min(len(cmd), 1024)
+				c.send(t, cmd[:n])
+				cmd = cmd[n:]
+			}
+			if got := c.reply(t); got != muxOK {
+				t.Fatalf("SET big:w: got %q; want +OK", got)
+			}
+			c.expect(t, muxBulk(value), "GET", "big:w")
+
+			// Another client reads the big value, many times in one pipeline: big replies
+			// over the shared connection.
+			b.send(t, strings.Repeat(muxCmd("GET", "big:v"), 8)+muxCmd("GET", "big:s"))
+			for i := range 8 {
+				if got := b.reply(t); got != muxBulk(value) {
+					t.Fatalf("GET big:v %d from another client: got %q; want the value set", i, muxShort(got))
+				}
+			}
+			if got := b.reply(t); got != muxBulk("1") {
+				t.Fatalf("GET big:s: got %q; want %q", got, muxBulk("1"))
+			}
+			// go-redis too.
+			gc := redis.NewClient(&redis.Options{Addr: addr})
+			defer gc.Close()
+			ctx := context.Background()
+			if err := gc.Set(ctx, "big:g", value, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := gc.Get(ctx, "big:g").Result(); err != nil || got != value {
+				t.Fatalf("go-redis GET big:g: got %d bytes, %v; want the %d bytes set", len(got), err, len(value))
+			}
+		})
+	}
+}
+
+// muxMalformed are requests that end in bytes Redis rejects or reads oddly, after good
+// commands. Through the proxy each must get exactly what Redis sends when it is sent
+// directly.
+var muxMalformed = []struct {
+	name  string
+	bytes string
+	ends  bool // Redis closes the connection or answers ECHO end; else the test sends ECHO end after
+}{
+	{"integer argument", "*1\r\n:x\r\n", true},
+	{"bad array length", "*abc\r\n", true},
+	{"unbalanced quotes", "SET mal:q \"abc\r\n", true},
+	{"text after closing quote", "GET \"mal:k\"x\r\n", true},
+	{"bulk length with leading zero", "*2\r\n$03\r\nGET\r\n$5\r\nmal:k\r\n", true},
+	{"array length with leading zero", "*02\r\n$3\r\nGET\r\n$5\r\nmal:k\r\n", true},
+	{"array length -0", "*-0\r\n*1\r\n$4\r\nPING\r\n", true},
+	{"bulk length -0", "*2\r\n$3\r\nGET\r\n$-0\r\n\r\n", true},
+	{"bulk length -1", "*2\r\n$3\r\nGET\r\n$-1\r\n", true},
+	{"ignored requests", "\r\n*0\r\n*-1\r\n   \r\n*1\r\n$4\r\nPING\r\n", false},
+	{"bulk string outside an array", "$3\r\nfoo\r\n", false},
+	{"payload longer than its length", "*1\r\n$4\r\nPINGX\r\n", false},
+	// Redis looks for an inline command's end with strchr, which stops at the NUL: it
+	// waits for the line to end until the buffer holds 64 KiB, then gives up.
+	{"NUL in an inline command", "PING\x00junk\r\n" + strings.Repeat("ECHO end\r\n", 6600), true},
+}
+
+// muxReadAll reads replies until Redis closes the connection or answers ECHO end, and
+// names how the stream ended.
+func muxReadAll(c *muxConn) []string {
+	var got []string
+	for {
+		r, err := muxReadReply(c.r)
+		switch {
+		case err == nil:
+			got = append(got, r)
+			if r == muxBulk("end") {
+				return got
+			}
+			continue
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			r += "<timeout: no reply, no end of file>"
+		case errors.Is(err, syscall.ECONNRESET):
+			r += "<reset>"
+		case err == io.EOF:
+			r += "<EOF>"
+		default:
+			r += "<" + err.Error() + ">"
+		}
+		return append(got, r)
+	}
+}
+
+// muxExchange sends req on a new connection to addr and reads all the replies (see
+// muxReadAll).
+func muxExchange(addr, req string) ([]string, error) {
+	c, err := muxDialErr(addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, req); err != nil {
+		return nil, err
+	}
+	return muxReadAll(c), nil
+}
+
+// TestMuxMalformed sends good commands then bytes that Redis rejects or reads oddly: the
+// client gets the good commands' replies, then Redis's own answer, exactly as without the
+// proxy, while another client of the same proxy keeps its connection: the bytes never
+// reach the shared connection. Each case has a proxy of its own, and they all run at
+// once.
+func TestMuxMalformed(t *testing.T) {
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer direct.Close()
+
+			type run struct {
+				addr      string
+				other     *muxConn        // the other client
+				otherIDs  map[string]bool // the upstream connections it uses
+				otherErr  error
+				req       string
+				want, got []string
+				err       error
+			}
+			runs := make([]run, len(muxMalformed))
+			prev := muxClientIDs(t, direct)
+			for i := range runs {
+				r := &runs[i]
+				r.addr = muxProxy(t, srv, m.perClient, 0).Addr().String()
+				r.other = muxDial(t, r.addr)
+				r.other.expect(t, muxOK, "SET", fmt.Sprintf("mal:%d:k0", i), "start")
+				now := muxClientIDs(t, direct)
+				r.otherIDs = map[string]bool{}
+				for id := range now {
+					if !prev[id] {
+						r.otherIDs[id] = true
+					}
+				}
+				prev = now
+			}
+
+			stop := make(chan struct{})
+			var others sync.WaitGroup
+			for i := range runs {
+				r := &runs[i]
+				others.Go(func() {
+					rng := rand.New(rand.NewPCG(4, uint64(i)))
+					m := &muxModel{prefix: fmt.Sprintf("mal:%d", i)}
+					v := "start"
+					m.vals[0] = &v
+					for round := 0; ; round++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ioErr, wrong := muxRawRound(r.other, rng, m.pipeline(rng, strconv.Itoa(round), 1+rng.IntN(16)))
+						if err := errors.Join(ioErr, wrong); err != nil {
+							r.otherErr = fmt.Errorf("round %d: %w", round, err)
+							return
+						}
+					}
+				})
+			}
+			var cases sync.WaitGroup
+			for i, tt := range muxMalformed {
+				r := &runs[i]
+				cases.Go(func() {
+					r.req = muxCmd("SET", "mal:k", "v") + muxCmd("GET", "mal:k") + tt.bytes
+					if !tt.ends {
+						r.req += "ECHO end\r\n"
+					}
+					if r.want, r.err = muxExchange(srv.Addr(), r.req); r.err == nil {
+						r.got, r.err = muxExchange(r.addr, r.req)
+					}
+				})
+			}
+			cases.Wait()
+			close(stop)
+			others.Wait()
+			after := muxClientIDs(t, direct)
+
+			for i, tt := range muxMalformed {
+				t.Run(tt.name, func(t *testing.T) {
+					r := runs[i]
+					if r.err != nil {
+						t.Fatal(r.err)
+					}
+					if len(r.want) < 3 || r.want[0] != muxOK || r.want[1] != muxBulk("v") {
+						t.Fatalf("directly: got %q; want +OK, the value, then more", r.want)
+					}
+					if !slices.Equal(r.got, r.want) {
+						t.Errorf("%q: got %q; want %q, as from Redis directly", muxShort(r.req), r.got, r.want)
+					}
+					for id := range r.otherIDs {
+						if !after[id] {
+							t.Errorf("upstream connection id=%s of another client of the proxy: closed; want it open", id)
+						}
+					}
+					if r.otherErr != nil {
+						t.Fatalf("another client of the proxy, meanwhile: %v", r.otherErr)
+					}
+					_ = r.other.SetDeadline(time.Now().Add(muxDeadline))
+					r.other.expect(t, "+PONG\r\n", "PING")
+				})
+			}
+		})
+	}
+}
+
+// TestMuxRequirePass runs the proxy in front of a Redis that wants a password: the
+// proxy cannot share a connection, and each client must AUTH for itself.
+func TestMuxRequirePass(t *testing.T) {
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			if _, err := redistest.Command(srv.Addr(), "", "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
+				t.Fatal(err)
+			}
+			noauth := muxDial(t, srv.Addr()).do(t, "GET", "pw:k")
+			if !strings.HasPrefix(noauth, "-NOAUTH") {
+				t.Fatalf("directly, GET without AUTH: got %q; want -NOAUTH", noauth)
+			}
+			p := muxProxy(t, srv, m.perClient, 0)
+			addr := p.Addr().String()
+
+			a := muxDial(t, addr)
+			a.expect(t, muxOK, "AUTH", "s3cret")
+			a.expect(t, muxOK, "SET", "pw:k", "v")
+			a.expect(t, muxBulk("v"), "GET", "pw:k")
+
+			b := muxDial(t, addr)
+			b.expect(t, noauth, "GET", "pw:k")
+			b.expect(t, noauth, "SET", "pw:k", "stolen")
+			a.expect(t, muxBulk("v"), "GET", "pw:k")
+
+			c := muxDial(t, addr)
+			c.send(t, "GET pw:k\r\nAUTH s3cret\r\nGET pw:k\r\n")
+			if got := []string{c.reply(t), c.reply(t), c.reply(t)}; !slices.Equal(got, []string{noauth, muxOK, muxBulk("v")}) {
+				t.Fatalf("GET, AUTH, GET: got %q; want %q", got, []string{noauth, muxOK, muxBulk("v")})
+			}
+			b.expect(t, noauth, "GET", "pw:k") // still not authenticated
+
+			gc := redis.NewClient(&redis.Options{Addr: addr, Password: "s3cret"})
+			defer gc.Close()
+			if got, err := gc.Get(context.Background(), "pw:k").Result(); err != nil || got != "v" {
+				t.Fatalf("go-redis with the password, GET pw:k: got %q, %v; want v", got, err)
+			}
+		})
+	}
+}
+
+// TestMuxRequirePassLater sets a password while clients are connected. Redis keeps the
+// connections it has authenticated and asks new ones for the password; through the proxy
+// a new client must be asked too, not ride on a shared connection opened before.
+func TestMuxRequirePassLater(t *testing.T) {
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			p := muxProxy(t, srv, m.perClient, 0)
+			addr := p.Addr().String()
+			oldDirect := muxDial(t, srv.Addr())
+			oldDirect.expect(t, muxNil, "GET", "later:k")
+			old := muxDial(t, addr)
+			old.expect(t, muxNil, "GET", "later:k")
+
+			if _, err := redistest.Command(srv.Addr(), "", "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
+				t.Fatal(err)
+			}
+			noauth := muxDial(t, srv.Addr()).do(t, "GET", "later:k")
+			if !strings.HasPrefix(noauth, "-NOAUTH") {
+				t.Fatalf("directly, new connection, GET without AUTH: got %q; want -NOAUTH", noauth)
+			}
+			oldDirect.expect(t, muxNil, "GET", "later:k")
+
+			old.expect(t, muxNil, "GET", "later:k") // as oldDirect
+			muxDial(t, addr).expect(t, noauth, "GET", "later:k")
+			c := muxDial(t, addr)
+			c.expect(t, muxOK, "AUTH", "s3cret")
+			c.expect(t, muxNil, "GET", "later:k")
+		})
+	}
+}
+
+// TestMuxSlowReader has a client pipeline GETs of a large value and not read the replies;
+// another client's PINGs must still be answered, and the slow client then gets all its
+// replies.
+func TestMuxSlowReader(t *testing.T) {
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			p := muxProxy(t, srv, m.perClient, 0)
+			addr := p.Addr().String()
+			value := strings.Repeat("slow-reader:0123", 4096) // 64 KiB
+			if _, err := redistest.Command(srv.Addr(), "", "SET", "slow:v", value); err != nil {
+				t.Fatal(err)
+			}
+			const gets = 200
+			slow := muxDial(t, addr)
+			slow.expect(t, muxBulk(value), "GET", "slow:v") // shared, when multiplexing
+			slow.send(t, strings.Repeat(muxCmd("GET", "slow:v"), gets))
+
+			fast := muxDial(t, addr)
+			for i := range 100 {
+				fast.send(t, muxCmd("PING"))
+				got, err := muxReadReply(fast.r)
+				if err != nil || got != "+PONG\r\n" {
+					t.Fatalf("PING %d beside a client that does not read: got %q, %v; want +PONG", i, got, err)
+				}
+			}
+			for i := range gets {
+				if got := slow.reply(t); got != muxBulk(value) {
+					t.Fatalf("GET %d of the slow client: got %q; want the value", i, muxShort(got))
+				}
+			}
+			slow.expect(t, "+PONG\r\n", "PING")
+		})
+	}
+}
+
+// TestMuxUpstreamKill kills the proxy's upstream connections: a client owed a reply gets
+// end of file, never a reply that is not its own, and new commands work on new
+// connections.
+func TestMuxUpstreamKill(t *testing.T) {
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			p := muxProxy(t, srv, m.perClient, 0)
+			addr := p.Addr().String()
+			direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer direct.Close()
+			ctx := context.Background()
+			kill := func(t *testing.T) {
+				t.Helper()
+				n, err := direct.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Result()
+				if err != nil || n < 1 {
+					t.Fatalf("CLIENT KILL TYPE normal: got %d, %v; want at least 1 killed", n, err)
+				}
+			}
+
+			t.Run("owed a reply", func(t *testing.T) {
+				x, y := muxDial(t, addr), muxDial(t, addr)
+				x.expect(t, "+PONG\r\n", "PING")
+				y.expect(t, "+PONG\r\n", "PING")
+				// Writes wait while clients are paused: x's SET stays unanswered.
+				if err := direct.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
+					t.Fatal(err)
+				}
+				unpaused := false
+				unpause := func() {
+					if !unpaused {
+						unpaused = true
+						if err := direct.ClientUnpause(ctx).Err(); err != nil {
+							t.Error(err)
+						}
+					}
+				}
+				defer unpause()
+				x.send(t, muxCmd("SET", "kill:x", "1"))
+				waitFor(t, "SET to wait for the pause", func() bool {
+					list, err := direct.ClientList(ctx).Result()
+					return err == nil && strings.Contains(list, "cmd=set")
+				})
+				kill(t)
+				rest, err := io.ReadAll(x.r)
+				if len(rest) > 0 || err != nil && !errors.Is(err, syscall.ECONNRESET) {
+					t.Fatalf("client owed a reply on a killed connection: got %q, %v; want end of file", rest, err)
+				}
+				unpause()
+				// A new client works, on a new connection.
+				z := muxDial(t, addr)
+				z.expect(t, "+PONG\r\n", "PING")
+				z.expect(t, muxOK, "SET", "kill:z", "1")
+				z.expect(t, muxBulk("1"), "GET", "kill:z")
+				// A client that was owed nothing goes on when multiplexing; its own
+				// connection was killed otherwise.
+				if m.perClient {
+					y.send(t, muxCmd("PING"))
+					if got, err := muxReadReply(y.r); err == nil {
+						t.Fatalf("PING on a killed connection: got %q; want end of file", got)
+					}
+				} else {
+					y.expect(t, "+PONG\r\n", "PING")
+					y.expect(t, muxBulk("1"), "GET", "kill:z")
+				}
+			})
+
+			t.Run("under load", func(t *testing.T) {
+				const workers = 8
+				stop := make(chan struct{})
+				var rounds, reconnects atomic.Int64
+				var wg sync.WaitGroup
+				for w := range workers {
+					wg.Go(func() {
+						rng := rand.New(rand.NewPCG(5, uint64(w)))
+						for gen := 0; ; gen++ {
+							c, err := muxDialErr(addr)
+							if err != nil {
+								t.Errorf("worker %d: %v", w, err)
+								return
+							}
+							// Fresh keys on every connection: what a lost connection did
+							// is unknown.
+							m := &muxModel{prefix: fmt.Sprintf("load:%d:%d", w, gen)}
+							for round := 0; ; round++ {
+								select {
+								case <-stop:
+									c.Close()
+									return
+								default:
+								}
+								ioErr, wrong := muxRawRound(c, rng, m.pipeline(rng, strconv.Itoa(round), 1+rng.IntN(16)))
+								if wrong != nil {
+									c.Close()
+									t.Errorf("worker %d, connection %d, round %d: %v", w, gen, round, wrong)
+									return
+								}
+								if ioErr != nil {
+									reconnects.Add(1)
+									break
+								}
+								rounds.Add(1)
+							}
+							c.Close()
+						}
+					})
+				}
+				for range 5 {
+					n := rounds.Load()
+					waitFor(t, "clients to make progress", func() bool { return rounds.Load() >= n+20 })
+					kill(t)
+				}
+				n := rounds.Load()
+				waitFor(t, "clients to make progress after the kills", func() bool { return rounds.Load() >= n+20 })
+				close(stop)
+				wg.Wait()
+				t.Logf("%d rounds, %d reconnects", rounds.Load(), reconnects.Load())
+				z := muxDial(t, addr)
+				z.expect(t, "+PONG\r\n", "PING")
+			})
+		})
+	}
+}
+
+// TestMuxHalfClose sends commands and closes its sending side at once, as `nc` does: the
+// replies still come, then end of file.
+func TestMuxHalfClose(t *testing.T) {
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			p := muxProxy(t, srv, m.perClient, 0)
+			addr := p.Addr().String()
+			for i := range 20 {
+				for _, pin := range []bool{false, true} {
+					v := strconv.Itoa(i)
+					req := "SET a " + v + "\r\nGET a\r\n"
+					want := muxOK + muxBulk(v)
+					if pin {
+						req = "SET a " + v + "\r\nCLIENT SETNAME hc\r\nGET a\r\n"
+						want = muxOK + muxOK + muxBulk(v)
+					}
+					c := muxDial(t, addr)
+					c.send(t, req)
+					if err := c.CloseWrite(); err != nil {
+						t.Fatal(err)
+					}
+					got, err := io.ReadAll(c.r)
+					if string(got) != want || err != nil {
+						t.Fatalf("%q then end of file: got %q, %v; want %q then end of file", req, got, err, want)
+					}
+					c.Close()
+				}
+			}
+		})
+	}
+}
+
+// TestMuxPauseWrite pauses writes: a client's SET waits, and another client's GET must
+// still be answered at once, as it is on a connection of its own.
+func TestMuxPauseWrite(t *testing.T) {
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			p := muxProxy(t, srv, m.perClient, 0)
+			addr := p.Addr().String()
+			direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer direct.Close()
+			ctx := context.Background()
+			w, r := muxDial(t, addr), muxDial(t, addr)
+			w.expect(t, muxOK, "SET", "pause:k", "before")
+			r.expect(t, muxBulk("before"), "GET", "pause:k")
+			if err := direct.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
+				t.Fatal(err)
+			}
+			defer direct.ClientUnpause(ctx)
+			w.send(t, muxCmd("SET", "pause:k", "after"))
+			waitFor(t, "SET to wait for the pause", func() bool {
+				list, err := direct.ClientList(ctx).Result()
+				return err == nil && strings.Contains(list, "cmd=set")
+			})
+			_ = r.SetDeadline(time.Now().Add(5 * time.Second))
+			r.send(t, muxCmd("GET", "pause:k"))
+			got, err := muxReadReply(r.r)
+			if got != muxBulk("before") {
+				t.Errorf("GET while writes are paused and another client's SET waits: got %q, %v; want %q at once", got, err, muxBulk("before"))
+			}
+			if err := direct.ClientUnpause(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got := w.reply(t); got != muxOK {
+				t.Fatalf("SET after the pause: got %q; want +OK", got)
+			}
+		})
+	}
+}
