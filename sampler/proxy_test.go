@@ -310,9 +310,17 @@ func TestProxySampleRate(t *testing.T) {
 // TestProxyRedisBenchmark runs redis-benchmark directly and through the proxy against
 // two fresh servers and checks that both end with the same data and command counts.
 func TestProxyRedisBenchmark(t *testing.T) {
+	for _, perClient := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ConnPerClient=%v", perClient), func(t *testing.T) {
+			testProxyRedisBenchmark(t, perClient)
+		})
+	}
+}
+
+func testProxyRedisBenchmark(t *testing.T, perClient bool) {
 	direct, proxied := redistest.Start(t), redistest.Start(t)
 	sink := newRecordSink()
-	p := startProxy(t, sampler.ProxyOptions{Upstream: proxied.Addr(), SampleEvery: 100, Sink: sink})
+	p := startProxy(t, sampler.ProxyOptions{Upstream: proxied.Addr(), SampleEvery: 100, Sink: sink, ConnPerClient: perClient})
 	const n = 10000
 	args := func(extra ...string) []string {
 		return append([]string{"-n", strconv.Itoa(n), "-r", "1000", "-c", "20", "-t", "set,get,incr,lpush,mset", "-q"}, extra...)
