@@ -57,7 +57,7 @@ type Proxy struct {
 	Upstream string `yaml:"upstream"`
 	// SampleEvery samples one command in SampleEvery. Default 100; allowed 1..1000000.
 	SampleEvery int `yaml:"sample_every"`
-	// Multiplex carries clients' plain commands over two shared connections to Upstream
+	// Multiplex carries clients' plain commands over shared connections to Upstream
 	// (Linux only), and gives a client its own connection from its first command that
 	// keeps state on a connection or blocks (AUTH, SELECT, MULTI, BLPOP, SUBSCRIBE, …).
 	// false makes the proxy a plain relay with one upstream connection per client.

@@ -20,11 +20,13 @@ import (
 // clients' sockets (duplicates of the accepted ones, outside Go's poller) until it
 // closes them or hands a pinned client back to a goroutine of its own as a net.Conn.
 //
-// There are two shared connections, one for reads and one for writes, so that a write
-// Redis holds back (CLIENT PAUSE WRITE, during a failover) holds back only writes, as it
-// would on direct connections, and not every read queued behind it. A client's commands
-// go to the connection its first command picks, and stay there while it is owed
-// replies: its commands never overtake one another.
+// There are two shared connections for each protocol, RESP2 and RESP3: one for reads
+// and one for writes, so that a write Redis holds back (CLIENT PAUSE WRITE, during a
+// failover) holds back only writes, as it would on direct connections, and not every
+// read queued behind it. A client's commands go to the connection its first command
+// picks, and stay there while it is owed replies: its commands never overtake one
+// another. A client that opens with HELLO 3 (go-redis v9, Lettuce) moves to the RESP3
+// pair, whose HELLO answers it; a Redis without RESP3 pins such a client instead.
 type muxLoop struct {
 	p      *Proxy
 	epfd   int
@@ -38,17 +40,20 @@ type muxLoop struct {
 	done     bool
 
 	// Owned by the loop goroutine.
-	up        [2]loopUpstream // upReads, upWrites
-	in        []byte          // replies read from either
+	up        [4]loopUpstream // upReads, upWrites, then the same in RESP3
+	in        []byte          // replies read from any
+	noResp3   bool            // Redis refused HELLO 3: no RESP3 pair
 	clients   map[int]*loopClient
 	throttled bool          // Redis is behind: clients are not read
 	finished  []*loopClient // clients to close or hand back after this turn
 }
 
-// The two shared connections.
+// The shared connections: up[upReads] and up[upWrites] speak RESP2, and the same
+// indexes plus upResp3 speak RESP3.
 const (
 	upReads  = 0
 	upWrites = 1
+	upResp3  = 2
 )
 
 // loopUpstream is a shared connection to Redis.
@@ -70,6 +75,7 @@ type loopClient struct {
 	out     []byte // replies its socket had no room for yet
 	owed    int    // replies Redis owes it
 	on      int    // the shared connection that owes them
+	resp3   bool   // it asked for RESP3 with HELLO 3
 	rest    []byte // once pinning: what it sent that goes to its own connection
 	pinning bool   // it needs its own connection once settled
 	eof     bool   // it sent everything
@@ -85,7 +91,9 @@ const regNone = ^uint32(0)
 // be shared now, nil and nil when the proxy is closing.
 func (p *Proxy) startLoop() (*muxLoop, error) {
 	l := &muxLoop{p: p, epfd: -1, wakeR: -1, wakeW: -1, clients: make(map[int]*loopClient)}
-	l.up[upReads].fd, l.up[upWrites].fd = -1, -1
+	for i := range l.up {
+		l.up[i].fd = -1
+	}
 	l.in = make([]byte, max(p.bufSize, 64<<10))
 	l.events = make([]syscall.EpollEvent, 256)
 	if err := l.open(); err != nil {
@@ -114,7 +122,9 @@ func (l *muxLoop) open() error {
 		return err
 	}
 	for i := range l.up {
-		if err = l.dial(i); err != nil {
+		if err = l.dial(i); errors.Is(err, errNoResp3) {
+			l.noResp3 = true
+		} else if err != nil {
 			return err
 		}
 	}
@@ -123,7 +133,7 @@ func (l *muxLoop) open() error {
 
 // dial opens shared connection i.
 func (l *muxLoop) dial(i int) error {
-	conn, err := l.p.openShared()
+	conn, err := l.p.openShared(i >= upResp3)
 	if err != nil {
 		return err
 	}
@@ -235,11 +245,8 @@ func (l *muxLoop) run() {
 				if !l.admit() {
 					return
 				}
-			case fd == l.up[upReads].fd || fd == l.up[upWrites].fd:
-				i := upReads
-				if fd == l.up[upWrites].fd {
-					i = upWrites
-				}
+			case l.upstream(fd) >= 0:
+				i := l.upstream(fd)
 				if ev.Events&syscall.EPOLLOUT != 0 {
 					l.flushUp(i)
 				}
@@ -263,15 +270,26 @@ func (l *muxLoop) run() {
 			}
 		}
 		// One write per connection carries every command of this turn.
-		l.flushUp(upReads)
-		l.flushUp(upWrites)
+		for i := range l.up {
+			l.flushUp(i)
+		}
 		l.finish()
 		for i := range l.up {
-			if l.up[i].fd < 0 && !l.redial(i) {
+			if l.up[i].fd < 0 && !(i >= upResp3 && l.noResp3) && !l.redial(i) {
 				return
 			}
 		}
 	}
+}
+
+// upstream returns the index of the shared connection fd is, or -1.
+func (l *muxLoop) upstream(fd int) int {
+	for i := range l.up {
+		if l.up[i].fd == fd {
+			return i
+		}
+	}
+	return -1
 }
 
 // admit drains the wake pipe and registers new clients; false when closing.
@@ -353,14 +371,22 @@ func (l *muxLoop) readClient(c *loopClient) {
 	end, cmds := 0, 0 // in[:end] holds cmds whole commands for the shared connection
 	var pin *atomic.Uint64
 	for pc.nextCommand() {
+		first := c.owed == 0 && cmds == 0 // it may pick its connection
 		if !muxable(ps.Name(), ps.Sub(), ps.NArgs()) {
-			pin = &l.p.stats.pinCommand
-			break
+			proto, hello := helloProto(ps.Name(), ps.Sub(), ps.NArgs())
+			if !hello || !first || proto == 3 && l.noResp3 {
+				pin = &l.p.stats.pinCommand
+				break
+			}
+			c.resp3 = proto == 3 // the pair of that protocol answers the HELLO
 		}
-		if c.owed == 0 && cmds == 0 {
+		if first {
 			c.on = upReads
 			if mayWrite(ps.Name()) {
 				c.on = upWrites
+			}
+			if c.resp3 {
+				c.on += upResp3
 			}
 		}
 		end = int(ps.Offset() - c.base)
@@ -438,7 +464,10 @@ func (l *muxLoop) flushUp(i int) {
 // throttle stops reading clients while Redis is behind on either connection, and
 // starts again when it has caught up.
 func (l *muxLoop) throttle() {
-	throttle := len(l.up[upReads].out) >= muxOpen || len(l.up[upWrites].out) >= muxOpen
+	throttle := false
+	for i := range l.up {
+		throttle = throttle || len(l.up[i].out) >= muxOpen
+	}
 	if throttle != l.throttled {
 		l.throttled = throttle
 		for _, c := range l.clients {
@@ -649,7 +678,12 @@ func (l *muxLoop) shutdown() {
 }
 
 func (l *muxLoop) closeFDs() {
-	for _, fd := range []int{l.up[upReads].fd, l.up[upWrites].fd, l.epfd, l.wakeR} {
+	for i := range l.up {
+		if l.up[i].fd >= 0 {
+			_ = syscall.Close(l.up[i].fd)
+		}
+	}
+	for _, fd := range []int{l.epfd, l.wakeR} {
 		if fd >= 0 {
 			_ = syscall.Close(fd)
 		}

@@ -3,6 +3,7 @@ package sampler
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -96,7 +97,7 @@ func (p *Proxy) muxLoop() *muxLoop {
 		// authenticated. So each new client costs a connection that checks what a new
 		// connection gets now (pooled clients connect once; others can turn
 		// multiplexing off).
-		conn, err := p.openShared()
+		conn, err := p.openShared(false)
 		if err != nil {
 			p.sharedFailedLocked(err)
 			return nil
@@ -129,9 +130,14 @@ func (p *Proxy) sharedFailedLocked(err error) {
 		"upstream", p.upstream, "err", err, "retry_in", muxRetry)
 }
 
+// errNoResp3 is openShared's error when Redis does not speak RESP3 (HELLO 3 fails):
+// clients that ask for it get connections of their own.
+var errNoResp3 = errors.New("HELLO 3 refused")
+
 // openShared dials Redis and checks with a PING that the connection can be shared: a
 // Redis that wants AUTH answers -NOAUTH, and then each client must authenticate itself.
-func (p *Proxy) openShared() (net.Conn, error) {
+// With resp3 it switches the connection to RESP3 with HELLO 3.
+func (p *Proxy) openShared(resp3 bool) (net.Conn, error) {
 	conn, err := p.dialer.DialContext(p.ctx, "tcp", p.upstream)
 	if err != nil {
 		return nil, err
@@ -145,12 +151,61 @@ func (p *Proxy) openShared() (net.Conn, error) {
 			err = fmt.Errorf("PING answered %q", line)
 		}
 	}
+	if err == nil && resp3 {
+		err = hello3(conn)
+	}
 	if err != nil {
 		_ = conn.Close()
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return conn, nil
+}
+
+// hello3 switches conn to RESP3 and reads HELLO's reply, which must be a map.
+func hello3(conn net.Conn) error {
+	if _, err := io.WriteString(conn, "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"); err != nil {
+		return err
+	}
+	var s replyScanner
+	var first byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := conn.Read(buf)
+		if n > 0 && first == 0 {
+			first = buf[0]
+		}
+		if k, done := s.scan(buf[:n]); done {
+			if k != n {
+				return errors.New("HELLO 3: more than one reply")
+			}
+			if first != '%' {
+				return errNoResp3
+			}
+			return nil
+		}
+		if s.err != nil {
+			return s.err
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// helloProto reports the protocol a plain HELLO 2 or HELLO 3 asks for: one without AUTH
+// or SETNAME, which changes nothing but the protocol of the connection.
+func helloProto(name, sub []byte, nargs int) (proto int, ok bool) {
+	if nargs != 2 || !bytes.EqualFold(name, []byte("HELLO")) {
+		return 0, false
+	}
+	switch string(sub) {
+	case "2":
+		return 2, true
+	case "3":
+		return 3, true
+	}
+	return 0, false
 }
 
 // closeShared stops the event loop, on Close.

@@ -420,7 +420,7 @@ func muxClientIDs(t *testing.T, direct *redis.Client) map[string]bool {
 
 // TestMuxDemux has 32 clients, raw and go-redis, pipeline random mixes of commands on
 // keys of their own, each reply checked exactly, and checks first that multiplexing is
-// on: many raw clients, two upstream connections (one for reads, one for writes).
+// on: many raw clients, four upstream connections (reads and writes, RESP2 and RESP3).
 func TestMuxDemux(t *testing.T) {
 	for _, m := range []struct {
 		name      string
@@ -437,12 +437,12 @@ func TestMuxDemux(t *testing.T) {
 			direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			defer direct.Close()
 
-			// Multiplexing carries all the raw clients over the two shared connections.
+			// Multiplexing carries all the raw clients over the four shared connections.
 			const idle = 16
 			for range idle {
 				muxDial(t, p.Addr().String()).expect(t, "+PONG\r\n", "PING")
 			}
-			want := 2
+			want := 4
 			if m.perClient {
 				want = idle
 			}

@@ -78,18 +78,20 @@ const proxyBatches = 4
 //
 // By default (on Linux) it multiplexes, as twemproxy does: the plain commands of every
 // client — the key commands of the command table except blocking pops and scripts, plus
-// PING and ECHO — go over two shared connections to Redis, one for reads and one for
-// writes (so that writes Redis holds back during a failover do not hold back reads),
-// written in one write per turn of an event loop, so Redis reads and answers many
-// clients at once; each reply goes back to the client whose command it answers; so do CLIENT SETINFO and SELECT 0, which
-// clients send when they connect and which change nothing that matters on the shared
-// connection. A client's first other command (AUTH, SELECT of another database, HELLO,
-// MULTI, WATCH, BLPOP, SUBSCRIBE, another CLIENT subcommand, WAIT, EVAL, an unknown
-// command), bytes that do not parse, or a command larger than BufferSize pins it: once the shared
-// connection has answered all it sent there, the client gets a connection of its own and
-// from then on its bytes pass both ways untouched, so everything Redis speaks keeps
-// working — pipelining, AUTH and SELECT, blocking commands, MULTI/EXEC, pub/sub, RESP3,
-// MONITOR. What a shared connection changes for a client that is never pinned is only
+// PING and ECHO — go over connections to Redis that all clients share, written in one
+// write per turn of an event loop, so Redis reads and answers many clients at once; each
+// reply goes back to the client whose command it answers. There is one shared
+// connection for reads and one for writes (so that writes Redis holds back during a
+// failover do not hold back reads), for each protocol: a client that opens with a plain
+// HELLO 3 (go-redis v9, Lettuce) is served by the RESP3 pair. CLIENT SETINFO and SELECT
+// 0, which clients send when they connect, are shared too: on a shared connection they
+// change nothing that matters. A client's first other command (AUTH, SELECT of another
+// database, HELLO with AUTH or SETNAME or after other commands, MULTI, WATCH, BLPOP,
+// SUBSCRIBE, another CLIENT subcommand, WAIT, EVAL, an unknown command), bytes that do
+// not parse, or a command larger than BufferSize pins it: once the shared connection has
+// answered all it sent there, the client gets a connection of its own and from then on
+// its bytes pass both ways untouched, so everything Redis speaks keeps working —
+// pipelining, AUTH and SELECT, blocking commands, MULTI/EXEC, pub/sub, RESP3, MONITOR. What a shared connection changes for a client that is never pinned is only
 // what Redis reports about connections (CLIENT LIST, INFO clients). WAIT and WAITAOF
 // count the writes a client made on its own connection, not those it made before the
 // pin. A Redis that wants AUTH cannot be shared (the shared connection's PING gets

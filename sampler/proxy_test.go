@@ -674,3 +674,84 @@ func TestProxyStats(t *testing.T) {
 		return s.SharedClients == 1 && s.OwnClients == 2 && fmt.Sprint(s.Pins) == fmt.Sprint(want) && s.SharedFailures == 0
 	})
 }
+
+// TestProxyResp3Shared: a client that opens with HELLO 3 stays on the shared connections,
+// in RESP3, beside a RESP2 client; HELLO 3 after other commands pins the client instead.
+func TestProxyResp3Shared(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("multiplexing is Linux only")
+	}
+	srv := redistest.Start(t)
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink()})
+	type conn struct {
+		net.Conn
+		r *bufio.Reader
+	}
+	dial := func() conn {
+		c, err := net.Dial("tcp", p.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		return conn{c, bufio.NewReader(c)}
+	}
+	// reply reads one reply's first line and, for bulk strings and aggregates of
+	// simple lines, the lines that follow.
+	reply := func(c conn, lines int) string {
+		t.Helper()
+		var b strings.Builder
+		for range lines {
+			line, err := c.r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("read: %v (after %q)", err, b.String())
+			}
+			b.WriteString(line)
+		}
+		return b.String()
+	}
+	r3, r2 := dial(), dial()
+	if _, err := io.WriteString(r3, "HELLO 3\r\nHSET h3 f v\r\nHGETALL h3\r\nGET nokey\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	hello, err := r3.r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(hello, "%") {
+		t.Fatalf("HELLO 3: got %q, %v; want a RESP3 map", hello, err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(hello[1:]))
+	for range 2 * n { // the map's keys and values: simple lines, bulk strings or arrays
+		line := reply(r3, 1)
+		switch line[0] {
+		case '$':
+			reply(r3, 1)
+		case '*':
+			m, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+			for range m {
+				if reply(r3, 1)[0] == '%' {
+					t.Fatal("HELLO 3 reply deeper than this test reads")
+				}
+			}
+		}
+	}
+	if got := reply(r3, 1) + reply(r3, 5) + reply(r3, 1); got != ":1\r\n%1\r\n$1\r\nf\r\n$1\r\nv\r\n_\r\n" {
+		t.Fatalf("RESP3 client: got %q; want :1, a map and the null _", got)
+	}
+	if _, err := io.WriteString(r2, "HGETALL h3\r\nGET nokey\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := reply(r2, 5) + reply(r2, 1); got != "*2\r\n$1\r\nf\r\n$1\r\nv\r\n$-1\r\n" {
+		t.Fatalf("RESP2 client beside it: got %q; want an array and $-1", got)
+	}
+	if s := p.Stats(); s.SharedClients != 2 || s.OwnClients != 0 {
+		t.Fatalf("stats %+v; want both clients shared", s)
+	}
+	// HELLO 3 after a command of the same write: the client is pinned, and HELLO works.
+	late := dial()
+	if _, err := io.WriteString(late, "GET nokey\r\nHELLO 3\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := reply(late, 2); !strings.HasPrefix(got, "$-1\r\n%") {
+		t.Fatalf("GET then HELLO 3: got %q; want $-1 then a map", got)
+	}
+	waitFor(t, "the late client pinned", func() bool { return p.Stats().Pins[sampler.PinCommand] == 1 })
+}
