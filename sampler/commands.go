@@ -54,18 +54,28 @@ const maxCommandName = 24
 
 // LookupCommand finds a command by name, in any case, without allocating.
 func LookupCommand(name []byte) (Command, bool) {
-	if len(name) == 0 || len(name) > maxCommandName {
+	var buf [maxCommandName]byte
+	upper, ok := upperName(&buf, name)
+	if !ok {
 		return Command{}, false
 	}
-	var buf [maxCommandName]byte
+	c, ok := commands[string(upper)]
+	return c, ok
+}
+
+// upperName writes name in upper case into buf and returns that part of it; false when
+// name is empty or longer than any command name.
+func upperName(buf *[maxCommandName]byte, name []byte) ([]byte, bool) {
+	if len(name) == 0 || len(name) > maxCommandName {
+		return nil, false
+	}
 	for i, c := range name {
 		if 'a' <= c && c <= 'z' {
 			c -= 'a' - 'A'
 		}
 		buf[i] = c
 	}
-	c, ok := commands[string(buf[:len(name)])]
-	return c, ok
+	return buf[:len(name)], true
 }
 
 func rd(first, last, step int) Command {

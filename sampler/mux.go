@@ -46,17 +46,11 @@ var muxCommands = func() map[string]struct{} {
 // version, which redis-py, Jedis and node-redis send) only labels the shared connection
 // in CLIENT LIST, and SELECT 0 selects the database it is always on.
 func muxable(name, sub []byte, nargs int) bool {
-	if len(name) == 0 || len(name) > maxCommandName {
+	var buf [maxCommandName]byte
+	upper, ok := upperName(&buf, name)
+	if !ok {
 		return false
 	}
-	var buf [maxCommandName]byte
-	for i, c := range name {
-		if 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		buf[i] = c
-	}
-	upper := buf[:len(name)]
 	if _, ok := muxCommands[string(upper)]; ok {
 		return true
 	}
