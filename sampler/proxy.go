@@ -30,8 +30,9 @@ type ProxyOptions struct {
 	Source string
 	// Sink receives the samples. Required.
 	Sink Sink
-	// BufferSize is the size of each connection's two forwarding buffers, the most bytes
-	// one read moves. Default 64 KiB.
+	// BufferSize is the size of each connection's forwarding buffers, the most bytes one
+	// read moves, and the largest command a client may send over the shared connection
+	// (a larger one gives it a connection of its own). Default 64 KiB.
 	BufferSize int
 	// BatchSize is how many samples a Batch holds at most. Default 256.
 	BatchSize int
