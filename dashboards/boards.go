@@ -171,6 +171,16 @@ func overview() *Dashboard {
 		unit: "s", steps: lagSteps, thresholdStyle: "dashed",
 		targets: []Target{series(`max by (instance) (`+m("hotkeyd_ingest_lag_seconds")+`)`, "{{instance}}")}}.build())
 
+	l.section("Proxy tap")
+	l.add(12, 8, panel{typ: "timeseries", title: "Proxy clients, shared and own",
+		desc: "Clients of the proxy tap (hotkeyd_proxy_clients): on the connections to Redis that all clients share (cheap), or on a connection of their own (about twice the CPU per request). Many own: see why in the next panel.",
+		unit: "short", stack: true,
+		targets: []Target{series(`sum by (conn) (`+m("hotkeyd_proxy_clients")+`)`, "{{conn}}")}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "Clients pinned to their own connection, by reason",
+		desc: "Clients per second the proxy tap moved off the shared connections (rate of hotkeyd_proxy_pins_total): command (AUTH, SELECT, MULTI, blocking pops, SUBSCRIBE, scripts…), malformed (bytes that do not parse), too_large (a command larger than the read buffer). Shared connections that failed or were refused are in hotkeyd_proxy_shared_failures_total.",
+		unit: "cps", bars: true,
+		targets: []Target{series(`sum by (reason) (rate(`+m("hotkeyd_proxy_pins_total")+`[$__rate_interval]))`, "{{reason}}")}}.build())
+
 	return dashboard("hotkeyd-overview.json", "hotkeyd-overview", "hotkeyd / Overview",
 		"Which keys are hot, how much of the traffic and of each Redis primary they take, and whether the agents see all their samples.",
 		commonVars(), l.panels)

@@ -104,6 +104,7 @@ func TestPanelsAgainstPrometheus(t *testing.T) {
 	waitUntil(t, 15*time.Second, "the agent to export node shares, mitigations, actions, drops and event rates", func() bool {
 		names := agentMetricNames(t, base)
 		return names["hotkeyd_node_share"] && names["hotkeyd_mitigations"] && names["hotkeyd_samples_dropped_total"] &&
+			names["hotkeyd_proxy_clients"] && names["hotkeyd_proxy_pins_total"] &&
 			names["hotkeyd_key_rate"] && names["hotkeyd_mitigation_actions_total"] && names["hotkeyd_event_expected_rate"]
 	})
 
@@ -175,10 +176,14 @@ func TestPanelsAgainstPrometheus(t *testing.T) {
 	checkRulesLoaded(t, prom, exported)
 }
 
-// startAgent runs an agent on loopback ports with the given Redis, until the test ends.
+// startAgent runs an agent on loopback ports with the given Redis, and a proxy tap in
+// front of its first node, until the test ends.
 func startAgent(t *testing.T, redisAddrs []string) *agent.Agent {
 	t.Helper()
-	return agenttest.Run(t, agent.Options{UDPListen: "127.0.0.1:0", RedisAddrs: redisAddrs})
+	return agenttest.Run(t, agent.Options{UDPListen: "127.0.0.1:0", RedisAddrs: redisAddrs,
+		Sources: []agent.NewSource{func(sink sampler.Sink) (agent.Source, error) {
+			return sampler.NewProxy(sampler.ProxyOptions{Upstream: redisAddrs[0], Sink: sink})
+		}}})
 }
 
 // startTraffic feeds the agent until the test ends: every 10 ms, 50 reads over 1,000
