@@ -238,6 +238,9 @@ func (l *muxLoop) run() {
 			l.p.log.Warn("proxy: epoll_wait", "err", err)
 			return
 		}
+		// Clients first, and their commands off to Redis, which then works on them
+		// while the replies read below go out to their clients.
+		replies := false
 		for _, ev := range l.events[:n] {
 			fd := int(ev.Fd)
 			switch {
@@ -250,9 +253,7 @@ func (l *muxLoop) run() {
 				if ev.Events&syscall.EPOLLOUT != 0 {
 					l.flushUp(i)
 				}
-				if ev.Events&(syscall.EPOLLIN|syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
-					l.readUp(i)
-				}
+				replies = replies || ev.Events&(syscall.EPOLLIN|syscall.EPOLLERR|syscall.EPOLLHUP) != 0
 			default:
 				c := l.clients[fd]
 				if c == nil || c.closed {
@@ -272,6 +273,13 @@ func (l *muxLoop) run() {
 		// One write per connection carries every command of this turn.
 		for i := range l.up {
 			l.flushUp(i)
+		}
+		if replies {
+			for _, ev := range l.events[:n] {
+				if i := l.upstream(int(ev.Fd)); i >= 0 && ev.Events&(syscall.EPOLLIN|syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
+					l.readUp(i)
+				}
+			}
 		}
 		l.finish()
 		for i := range l.up {
