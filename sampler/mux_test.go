@@ -43,6 +43,17 @@ var muxModes = []struct {
 	{"ConnPerClient", true},
 }
 
+// forMuxModes runs test as a subtest for each of muxModes, with a fresh Redis and a
+// proxy in front of it (BufferSize bufSize, 0 for the default) at addr.
+func forMuxModes(t *testing.T, bufSize int, test func(t *testing.T, srv *redistest.Server, addr string)) {
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			test(t, srv, muxProxy(t, srv, m.perClient, bufSize).Addr().String())
+		})
+	}
+}
+
 // muxProxy starts a proxy in front of srv, closed when the test ends.
 func muxProxy(t *testing.T, srv *redistest.Server, perClient bool, bufSize int) *sampler.Proxy {
 	t.Helper()
@@ -527,13 +538,9 @@ func testMuxDemux(t *testing.T, addr string) {
 // the proxy as on a connection of one's own, and that their state stays with the client
 // that made it.
 func TestMuxPinning(t *testing.T) {
-	for _, m := range muxModes {
-		t.Run(m.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			p := muxProxy(t, srv, m.perClient, 0)
-			testMuxPinning(t, srv, p.Addr().String())
-		})
-	}
+	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+		testMuxPinning(t, srv, addr)
+	})
 }
 
 func testMuxPinning(t *testing.T, srv *redistest.Server, addr string) {
@@ -746,74 +753,69 @@ func testMuxPinning(t *testing.T, srv *redistest.Server, addr string) {
 // TestMuxBigCommand sends a value 25 times the proxy's read buffer, so the command does
 // not fit the buffer and pins the client, and checks it and the commands around it.
 func TestMuxBigCommand(t *testing.T) {
-	for _, m := range muxModes {
-		t.Run(m.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			p := muxProxy(t, srv, m.perClient, 4096)
-			addr := p.Addr().String()
-			rng := rand.New(rand.NewPCG(2, 3))
-			big := make([]byte, 100<<10)
-			for i := range big {
-				big[i] = "ab\r\n$*:0"[rng.IntN(8)]
-			}
-			value := string(big)
-			b := muxDial(t, addr)
-			b.expect(t, muxOK, "SET", "big:s", "1")
+	forMuxModes(t, 4096, func(t *testing.T, srv *redistest.Server, addr string) {
+		rng := rand.New(rand.NewPCG(2, 3))
+		big := make([]byte, 100<<10)
+		for i := range big {
+			big[i] = "ab\r\n$*:0"[rng.IntN(8)]
+		}
+		value := string(big)
+		b := muxDial(t, addr)
+		b.expect(t, muxOK, "SET", "big:s", "1")
 
-			// Small commands, the big one and more, in one write.
-			a := muxDial(t, addr)
-			a.send(t, muxCmd("SET", "big:t", "1")+muxCmd("GET", "big:t")+muxCmd("SET", "big:v", value)+
-				muxCmd("GET", "big:v")+muxCmd("GET", "big:t"))
-			var got []string
-			for range 5 {
-				got = append(got, a.reply(t))
-			}
-			if want := []string{muxOK, muxBulk("1"), muxOK, muxBulk(value), muxBulk("1")}; !slices.Equal(got, want) {
-				for i := range want {
-					if got[i] != want[i] {
-						t.Fatalf("reply %d: got %q; want %q", i, muxShort(got[i]), muxShort(want[i]))
-					}
+		// Small commands, the big one and more, in one write.
+		a := muxDial(t, addr)
+		a.send(t, muxCmd("SET", "big:t", "1")+muxCmd("GET", "big:t")+muxCmd("SET", "big:v", value)+
+			muxCmd("GET", "big:v")+muxCmd("GET", "big:t"))
+		var got []string
+		for range 5 {
+			got = append(got, a.reply(t))
+		}
+		if want := []string{muxOK, muxBulk("1"), muxOK, muxBulk(value), muxBulk("1")}; !slices.Equal(got, want) {
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("reply %d: got %q; want %q", i, muxShort(got[i]), muxShort(want[i]))
 				}
 			}
-			a.expect(t, "+PONG\r\n", "PING")
-			a.expect(t, muxInt(2), "INCR", "big:t")
+		}
+		a.expect(t, "+PONG\r\n", "PING")
+		a.expect(t, muxInt(2), "INCR", "big:t")
 
-			// The big command first, sent in 1 KiB writes.
-			c := muxDial(t, addr)
-			cmd := muxCmd("SET", "big:w", value)
-			for len(cmd) > 0 {
-				n := min(len(cmd), 1024)
-				c.send(t, cmd[:n])
-				cmd = cmd[n:]
-			}
-			if got := c.reply(t); got != muxOK {
-				t.Fatalf("SET big:w: got %q; want +OK", got)
-			}
-			c.expect(t, muxBulk(value), "GET", "big:w")
+		// The big command first, sent in 1 KiB writes.
+		c := muxDial(t, addr)
+		cmd := muxCmd("SET", "big:w", value)
+		for len(cmd) > 0 {
+			n := min(len(cmd), 1024)
+			c.send(t, cmd[:n])
+			cmd = cmd[n:]
+		}
+		if got := c.reply(t); got != muxOK {
+			t.Fatalf("SET big:w: got %q; want +OK", got)
+		}
+		c.expect(t, muxBulk(value), "GET", "big:w")
 
-			// Another client reads the big value, many times in one pipeline: big replies
-			// over the shared connection.
-			b.send(t, strings.Repeat(muxCmd("GET", "big:v"), 8)+muxCmd("GET", "big:s"))
-			for i := range 8 {
-				if got := b.reply(t); got != muxBulk(value) {
-					t.Fatalf("GET big:v %d from another client: got %q; want the value set", i, muxShort(got))
-				}
+		// Another client reads the big value, many times in one pipeline: big replies
+		// over the shared connection.
+		b.send(t, strings.Repeat(muxCmd("GET", "big:v"), 8)+muxCmd("GET", "big:s"))
+		for i := range 8 {
+			if got := b.reply(t); got != muxBulk(value) {
+				t.Fatalf("GET big:v %d from another client: got %q; want the value set", i, muxShort(got))
 			}
-			if got := b.reply(t); got != muxBulk("1") {
-				t.Fatalf("GET big:s: got %q; want %q", got, muxBulk("1"))
-			}
-			// go-redis too.
-			gc := redis.NewClient(&redis.Options{Addr: addr})
-			defer gc.Close()
-			ctx := context.Background()
-			if err := gc.Set(ctx, "big:g", value, 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if got, err := gc.Get(ctx, "big:g").Result(); err != nil || got != value {
-				t.Fatalf("go-redis GET big:g: got %d bytes, %v; want the %d bytes set", len(got), err, len(value))
-			}
-		})
-	}
+		}
+		if got := b.reply(t); got != muxBulk("1") {
+			t.Fatalf("GET big:s: got %q; want %q", got, muxBulk("1"))
+		}
+		// go-redis too.
+		gc := redis.NewClient(&redis.Options{Addr: addr})
+		defer gc.Close()
+		ctx := context.Background()
+		if err := gc.Set(ctx, "big:g", value, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := gc.Get(ctx, "big:g").Result(); err != nil || got != value {
+			t.Fatalf("go-redis GET big:g: got %d bytes, %v; want the %d bytes set", len(got), err, len(value))
+		}
+	})
 }
 
 // muxMalformed are requests that end in bytes Redis rejects or reads oddly, after good
@@ -1034,68 +1036,58 @@ func TestMuxRequirePass(t *testing.T) {
 // connections it has authenticated and asks new ones for the password; through the proxy
 // a new client must be asked too, not ride on a shared connection opened before.
 func TestMuxRequirePassLater(t *testing.T) {
-	for _, m := range muxModes {
-		t.Run(m.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			p := muxProxy(t, srv, m.perClient, 0)
-			addr := p.Addr().String()
-			oldDirect := muxDial(t, srv.Addr())
-			oldDirect.expect(t, muxNil, "GET", "later:k")
-			old := muxDial(t, addr)
-			old.expect(t, muxNil, "GET", "later:k")
+	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+		oldDirect := muxDial(t, srv.Addr())
+		oldDirect.expect(t, muxNil, "GET", "later:k")
+		old := muxDial(t, addr)
+		old.expect(t, muxNil, "GET", "later:k")
 
-			if _, err := redistest.Command(srv.Addr(), "", "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
-				t.Fatal(err)
-			}
-			noauth := muxDial(t, srv.Addr()).do(t, "GET", "later:k")
-			if !strings.HasPrefix(noauth, "-NOAUTH") {
-				t.Fatalf("directly, new connection, GET without AUTH: got %q; want -NOAUTH", noauth)
-			}
-			oldDirect.expect(t, muxNil, "GET", "later:k")
+		if _, err := redistest.Command(srv.Addr(), "", "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
+			t.Fatal(err)
+		}
+		noauth := muxDial(t, srv.Addr()).do(t, "GET", "later:k")
+		if !strings.HasPrefix(noauth, "-NOAUTH") {
+			t.Fatalf("directly, new connection, GET without AUTH: got %q; want -NOAUTH", noauth)
+		}
+		oldDirect.expect(t, muxNil, "GET", "later:k")
 
-			old.expect(t, muxNil, "GET", "later:k") // as oldDirect
-			muxDial(t, addr).expect(t, noauth, "GET", "later:k")
-			c := muxDial(t, addr)
-			c.expect(t, muxOK, "AUTH", "s3cret")
-			c.expect(t, muxNil, "GET", "later:k")
-		})
-	}
+		old.expect(t, muxNil, "GET", "later:k") // as oldDirect
+		muxDial(t, addr).expect(t, noauth, "GET", "later:k")
+		c := muxDial(t, addr)
+		c.expect(t, muxOK, "AUTH", "s3cret")
+		c.expect(t, muxNil, "GET", "later:k")
+	})
 }
 
 // TestMuxSlowReader has a client pipeline GETs of a large value and not read the replies;
 // another client's PINGs must still be answered, and the slow client then gets all its
 // replies.
 func TestMuxSlowReader(t *testing.T) {
-	for _, m := range muxModes {
-		t.Run(m.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			p := muxProxy(t, srv, m.perClient, 0)
-			addr := p.Addr().String()
-			value := strings.Repeat("slow-reader:0123", 4096) // 64 KiB
-			if _, err := redistest.Command(srv.Addr(), "", "SET", "slow:v", value); err != nil {
-				t.Fatal(err)
-			}
-			const gets = 200
-			slow := muxDial(t, addr)
-			slow.expect(t, muxBulk(value), "GET", "slow:v") // shared, when multiplexing
-			slow.send(t, strings.Repeat(muxCmd("GET", "slow:v"), gets))
+	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+		value := strings.Repeat("slow-reader:0123", 4096) // 64 KiB
+		if _, err := redistest.Command(srv.Addr(), "", "SET", "slow:v", value); err != nil {
+			t.Fatal(err)
+		}
+		const gets = 200
+		slow := muxDial(t, addr)
+		slow.expect(t, muxBulk(value), "GET", "slow:v") // shared, when multiplexing
+		slow.send(t, strings.Repeat(muxCmd("GET", "slow:v"), gets))
 
-			fast := muxDial(t, addr)
-			for i := range 100 {
-				fast.send(t, muxCmd("PING"))
-				got, err := muxReadReply(fast.r)
-				if err != nil || got != "+PONG\r\n" {
-					t.Fatalf("PING %d beside a client that does not read: got %q, %v; want +PONG", i, got, err)
-				}
+		fast := muxDial(t, addr)
+		for i := range 100 {
+			fast.send(t, muxCmd("PING"))
+			got, err := muxReadReply(fast.r)
+			if err != nil || got != "+PONG\r\n" {
+				t.Fatalf("PING %d beside a client that does not read: got %q, %v; want +PONG", i, got, err)
 			}
-			for i := range gets {
-				if got := slow.reply(t); got != muxBulk(value) {
-					t.Fatalf("GET %d of the slow client: got %q; want the value", i, muxShort(got))
-				}
+		}
+		for i := range gets {
+			if got := slow.reply(t); got != muxBulk(value) {
+				t.Fatalf("GET %d of the slow client: got %q; want the value", i, muxShort(got))
 			}
-			slow.expect(t, "+PONG\r\n", "PING")
-		})
-	}
+		}
+		slow.expect(t, "+PONG\r\n", "PING")
+	})
 }
 
 // TestMuxUpstreamKill kills the proxy's upstream connections: a client owed a reply gets
@@ -1225,71 +1217,61 @@ func TestMuxUpstreamKill(t *testing.T) {
 // TestMuxHalfClose sends commands and closes its sending side at once, as `nc` does: the
 // replies still come, then end of file.
 func TestMuxHalfClose(t *testing.T) {
-	for _, m := range muxModes {
-		t.Run(m.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			p := muxProxy(t, srv, m.perClient, 0)
-			addr := p.Addr().String()
-			for i := range 20 {
-				for _, pin := range []bool{false, true} {
-					v := strconv.Itoa(i)
-					req := "SET a " + v + "\r\nGET a\r\n"
-					want := muxOK + muxBulk(v)
-					if pin {
-						req = "SET a " + v + "\r\nCLIENT SETNAME hc\r\nGET a\r\n"
-						want = muxOK + muxOK + muxBulk(v)
-					}
-					c := muxDial(t, addr)
-					c.send(t, req)
-					if err := c.CloseWrite(); err != nil {
-						t.Fatal(err)
-					}
-					got, err := io.ReadAll(c.r)
-					if string(got) != want || err != nil {
-						t.Fatalf("%q then end of file: got %q, %v; want %q then end of file", req, got, err, want)
-					}
-					c.Close()
+	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+		for i := range 20 {
+			for _, pin := range []bool{false, true} {
+				v := strconv.Itoa(i)
+				req := "SET a " + v + "\r\nGET a\r\n"
+				want := muxOK + muxBulk(v)
+				if pin {
+					req = "SET a " + v + "\r\nCLIENT SETNAME hc\r\nGET a\r\n"
+					want = muxOK + muxOK + muxBulk(v)
 				}
+				c := muxDial(t, addr)
+				c.send(t, req)
+				if err := c.CloseWrite(); err != nil {
+					t.Fatal(err)
+				}
+				got, err := io.ReadAll(c.r)
+				if string(got) != want || err != nil {
+					t.Fatalf("%q then end of file: got %q, %v; want %q then end of file", req, got, err, want)
+				}
+				c.Close()
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestMuxPauseWrite pauses writes: a client's SET waits, and another client's GET must
 // still be answered at once, as it is on a connection of its own.
 func TestMuxPauseWrite(t *testing.T) {
-	for _, m := range muxModes {
-		t.Run(m.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			p := muxProxy(t, srv, m.perClient, 0)
-			addr := p.Addr().String()
-			direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-			defer direct.Close()
-			ctx := context.Background()
-			w, r := muxDial(t, addr), muxDial(t, addr)
-			w.expect(t, muxOK, "SET", "pause:k", "before")
-			r.expect(t, muxBulk("before"), "GET", "pause:k")
-			if err := direct.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
-				t.Fatal(err)
-			}
-			defer direct.ClientUnpause(ctx)
-			w.send(t, muxCmd("SET", "pause:k", "after"))
-			waitFor(t, "SET to wait for the pause", func() bool {
-				list, err := direct.ClientList(ctx).Result()
-				return err == nil && strings.Contains(list, "cmd=set")
-			})
-			_ = r.SetDeadline(time.Now().Add(5 * time.Second))
-			r.send(t, muxCmd("GET", "pause:k"))
-			got, err := muxReadReply(r.r)
-			if got != muxBulk("before") {
-				t.Errorf("GET while writes are paused and another client's SET waits: got %q, %v; want %q at once", got, err, muxBulk("before"))
-			}
-			if err := direct.ClientUnpause(ctx).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if got := w.reply(t); got != muxOK {
-				t.Fatalf("SET after the pause: got %q; want +OK", got)
-			}
+	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+		direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		defer direct.Close()
+		ctx := context.Background()
+		w, r := muxDial(t, addr), muxDial(t, addr)
+		w.expect(t, muxOK, "SET", "pause:k", "before")
+		r.expect(t, muxBulk("before"), "GET", "pause:k")
+		if err := direct.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer direct.ClientUnpause(ctx)
+		w.send(t, muxCmd("SET", "pause:k", "after"))
+		waitFor(t, "SET to wait for the pause", func() bool {
+			list, err := direct.ClientList(ctx).Result()
+			return err == nil && strings.Contains(list, "cmd=set")
 		})
-	}
+		_ = r.SetDeadline(time.Now().Add(5 * time.Second))
+		r.send(t, muxCmd("GET", "pause:k"))
+		got, err := muxReadReply(r.r)
+		if got != muxBulk("before") {
+			t.Errorf("GET while writes are paused and another client's SET waits: got %q, %v; want %q at once", got, err, muxBulk("before"))
+		}
+		if err := direct.ClientUnpause(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.reply(t); got != muxOK {
+			t.Fatalf("SET after the pause: got %q; want +OK", got)
+		}
+	})
 }

@@ -310,10 +310,8 @@ func TestProxySampleRate(t *testing.T) {
 // TestProxyRedisBenchmark runs redis-benchmark directly and through the proxy against
 // two fresh servers and checks that both end with the same data and command counts.
 func TestProxyRedisBenchmark(t *testing.T) {
-	for _, perClient := range []bool{false, true} {
-		t.Run(fmt.Sprintf("ConnPerClient=%v", perClient), func(t *testing.T) {
-			testProxyRedisBenchmark(t, perClient)
-		})
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) { testProxyRedisBenchmark(t, m.perClient) })
 	}
 }
 
@@ -482,10 +480,8 @@ func TestProxyHalfClose(t *testing.T) {
 // TestProxyCloseLeaks closes a proxy with open, idle and blocked connections, shared
 // and pinned, and checks that every goroutine it started returns.
 func TestProxyCloseLeaks(t *testing.T) {
-	for _, perClient := range []bool{false, true} {
-		t.Run(fmt.Sprintf("ConnPerClient=%v", perClient), func(t *testing.T) {
-			testProxyCloseLeaks(t, perClient)
-		})
+	for _, m := range muxModes {
+		t.Run(m.name, func(t *testing.T) { testProxyCloseLeaks(t, m.perClient) })
 	}
 }
 
@@ -644,30 +640,19 @@ func TestProxyStats(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), BufferSize: 4096})
-	dial := func(send string, replies int) net.Conn {
+	dial := func(send string, replies int) *muxConn {
 		t.Helper()
-		c, err := net.Dial("tcp", p.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, send); err != nil {
-			t.Fatal(err)
-		}
-		r := bufio.NewReader(c)
-		for i := range replies {
-			if _, err := r.ReadString('\n'); err != nil {
-				t.Fatalf("%q: reply %d: %v", send, i, err)
-			}
+		c := muxDial(t, p.Addr().String())
+		c.send(t, send)
+		for range replies {
+			c.reply(t)
 		}
 		return c
 	}
 	dial("CLIENT SETINFO LIB-NAME x\r\nSELECT 0\r\nGET a\r\n", 3) // stays shared
 	dial("GET a\r\nSELECT 1\r\n", 2)                              // a command pins it
 	dial("SET big "+strings.Repeat("v", 8192)+"\r\n", 1)          // too large to share
-	bad := dial("GET a\r\nGET \"a\r\n", 2)                        // malformed
-	_, _ = io.ReadAll(bad)                                        // Redis closes it
+	dial("GET a\r\nGET \"a\r\n", 2).expectEOF(t)                  // malformed: Redis closes it
 	want := map[string]uint64{sampler.PinCommand: 1, sampler.PinTooLarge: 1, sampler.PinMalformed: 1}
 	waitFor(t, "the counts", func() bool {
 		s := p.Stats()
@@ -683,75 +668,27 @@ func TestProxyResp3Shared(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink()})
-	type conn struct {
-		net.Conn
-		r *bufio.Reader
+	addr := p.Addr().String()
+	r3, r2 := muxDial(t, addr), muxDial(t, addr)
+	r3.send(t, "HELLO 3\r\nHSET h3 f v\r\nHGETALL h3\r\nGET nokey\r\n")
+	if hello := r3.reply(t); !strings.HasPrefix(hello, "%") {
+		t.Fatalf("HELLO 3: got %q; want a RESP3 map", muxShort(hello))
 	}
-	dial := func() conn {
-		c, err := net.Dial("tcp", p.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		return conn{c, bufio.NewReader(c)}
-	}
-	// reply reads one reply's first line and, for bulk strings and aggregates of
-	// simple lines, the lines that follow.
-	reply := func(c conn, lines int) string {
-		t.Helper()
-		var b strings.Builder
-		for range lines {
-			line, err := c.r.ReadString('\n')
-			if err != nil {
-				t.Fatalf("read: %v (after %q)", err, b.String())
-			}
-			b.WriteString(line)
-		}
-		return b.String()
-	}
-	r3, r2 := dial(), dial()
-	if _, err := io.WriteString(r3, "HELLO 3\r\nHSET h3 f v\r\nHGETALL h3\r\nGET nokey\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	hello, err := r3.r.ReadString('\n')
-	if err != nil || !strings.HasPrefix(hello, "%") {
-		t.Fatalf("HELLO 3: got %q, %v; want a RESP3 map", hello, err)
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(hello[1:]))
-	for range 2 * n { // the map's keys and values: simple lines, bulk strings or arrays
-		line := reply(r3, 1)
-		switch line[0] {
-		case '$':
-			reply(r3, 1)
-		case '*':
-			m, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
-			for range m {
-				if reply(r3, 1)[0] == '%' {
-					t.Fatal("HELLO 3 reply deeper than this test reads")
-				}
-			}
-		}
-	}
-	if got := reply(r3, 1) + reply(r3, 5) + reply(r3, 1); got != ":1\r\n%1\r\n$1\r\nf\r\n$1\r\nv\r\n_\r\n" {
+	if got := r3.reply(t) + r3.reply(t) + r3.reply(t); got != ":1\r\n%1\r\n$1\r\nf\r\n$1\r\nv\r\n_\r\n" {
 		t.Fatalf("RESP3 client: got %q; want :1, a map and the null _", got)
 	}
-	if _, err := io.WriteString(r2, "HGETALL h3\r\nGET nokey\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	if got := reply(r2, 5) + reply(r2, 1); got != "*2\r\n$1\r\nf\r\n$1\r\nv\r\n$-1\r\n" {
+	r2.send(t, "HGETALL h3\r\nGET nokey\r\n")
+	if got := r2.reply(t) + r2.reply(t); got != "*2\r\n$1\r\nf\r\n$1\r\nv\r\n$-1\r\n" {
 		t.Fatalf("RESP2 client beside it: got %q; want an array and $-1", got)
 	}
 	if s := p.Stats(); s.SharedClients != 2 || s.OwnClients != 0 {
 		t.Fatalf("stats %+v; want both clients shared", s)
 	}
 	// HELLO 3 after a command of the same write: the client is pinned, and HELLO works.
-	late := dial()
-	if _, err := io.WriteString(late, "GET nokey\r\nHELLO 3\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	if got := reply(late, 2); !strings.HasPrefix(got, "$-1\r\n%") {
-		t.Fatalf("GET then HELLO 3: got %q; want $-1 then a map", got)
+	late := muxDial(t, addr)
+	late.send(t, "GET nokey\r\nHELLO 3\r\n")
+	if got := late.reply(t) + late.reply(t); !strings.HasPrefix(got, "$-1\r\n%") {
+		t.Fatalf("GET then HELLO 3: got %q; want $-1 then a map", muxShort(got))
 	}
 	waitFor(t, "the late client pinned", func() bool { return p.Stats().Pins[sampler.PinCommand] == 1 })
 }
