@@ -243,15 +243,15 @@ func (l *muxLoop) run() {
 		replies := false
 		for _, ev := range l.events[:n] {
 			fd := int(ev.Fd)
+			up := l.upstream(fd)
 			switch {
 			case fd == l.wakeR:
 				if !l.admit() {
 					return
 				}
-			case l.upstream(fd) >= 0:
-				i := l.upstream(fd)
+			case up >= 0:
 				if ev.Events&syscall.EPOLLOUT != 0 {
-					l.flushUp(i)
+					l.flushUp(up)
 				}
 				replies = replies || ev.Events&(syscall.EPOLLIN|syscall.EPOLLERR|syscall.EPOLLHUP) != 0
 			default:
@@ -626,7 +626,7 @@ func (l *muxLoop) handBack(c *loopClient) {
 		return
 	}
 	rest := c.rest
-	if !p.setClient(pc, conn) || !p.goTracked(func() { pc.runOwn(rest) }) {
+	if !p.setConn(&pc.client, conn) || !p.goTracked(func() { pc.runOwn(rest) }) {
 		_ = conn.Close()
 		p.untrack(pc)
 	}

@@ -1,7 +1,6 @@
 package sampler
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -126,7 +125,7 @@ func (p *Proxy) sharedFailedLocked(err error) {
 
 // errNoResp3 is openShared's error when Redis does not speak RESP3 (HELLO 3 fails):
 // clients that ask for it get connections of their own.
-var errNoResp3 = errors.New("HELLO 3 refused")
+var errNoResp3 = errors.New("the server does not switch to RESP3 (HELLO 3)")
 
 // openShared dials Redis and checks with a PING that the connection can be shared: a
 // Redis that wants AUTH answers -NOAUTH, and then each client must authenticate itself.
@@ -138,15 +137,16 @@ func (p *Proxy) openShared(resp3 bool) (net.Conn, error) {
 	}
 	setNoDelay(conn)
 	_ = conn.SetDeadline(time.Now().Add(p.dialer.Timeout))
-	if _, err = io.WriteString(conn, "*1\r\n$4\r\nPING\r\n"); err == nil {
-		var line string
-		line, err = bufio.NewReaderSize(conn, 64).ReadString('\n')
-		if err == nil && line != "+PONG\r\n" {
-			err = fmt.Errorf("PING answered %q", line)
-		}
+	// A Redis that wants AUTH answers the PING with -NOAUTH.
+	var reply []byte
+	if reply, err = roundTrip(conn, "*1\r\n$4\r\nPING\r\n"); err == nil && string(reply) != "+PONG\r\n" {
+		err = fmt.Errorf("PING answered %q; want +PONG", reply)
 	}
 	if err == nil && resp3 {
-		err = hello3(conn)
+		reply, err = roundTrip(conn, "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+		if err == nil && reply[0] != '%' {
+			err = fmt.Errorf("%w: answered %q; want a RESP3 map", errNoResp3, reply[:min(len(reply), 120)])
+		}
 	}
 	if err != nil {
 		_ = conn.Close()
@@ -156,33 +156,29 @@ func (p *Proxy) openShared(resp3 bool) (net.Conn, error) {
 	return conn, nil
 }
 
-// hello3 switches conn to RESP3 and reads HELLO's reply, which must be a map.
-func hello3(conn net.Conn) error {
-	if _, err := io.WriteString(conn, "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"); err != nil {
-		return err
+// roundTrip sends one command on conn and reads its whole reply, with the replyScanner
+// that splits the shared connections' replies. Redis answers nothing else on a new
+// connection, so bytes after the reply are an error.
+func roundTrip(conn net.Conn, command string) ([]byte, error) {
+	if _, err := io.WriteString(conn, command); err != nil {
+		return nil, err
 	}
 	var s replyScanner
-	var first byte
+	var reply []byte
 	buf := make([]byte, 4096)
 	for {
 		n, err := conn.Read(buf)
-		if n > 0 && first == 0 {
-			first = buf[0]
-		}
-		if k, done := s.scan(buf[:n]); done {
-			if k != n {
-				return errors.New("HELLO 3: more than one reply")
-			}
-			if first != '%' {
-				return errNoResp3
-			}
-			return nil
-		}
-		if s.err != nil {
-			return s.err
-		}
-		if err != nil {
-			return err
+		k, done := s.scan(buf[:n])
+		reply = append(reply, buf[:k]...)
+		switch {
+		case done && k != n:
+			return nil, fmt.Errorf("%q answered with more than one reply", command)
+		case done:
+			return reply, nil
+		case s.err != nil:
+			return nil, s.err
+		case err != nil:
+			return nil, err
 		}
 	}
 }

@@ -368,26 +368,15 @@ func (p *Proxy) untrack(pc *proxyConn) {
 	p.mu.Unlock()
 }
 
-// setClient replaces a connection's client connection, or reports false when Close came
-// first.
-func (p *Proxy) setClient(pc *proxyConn, c net.Conn) bool {
+// setConn stores c in *field, one of a proxyConn's connections (client, up), where Close
+// finds it; false, storing nothing, when Close came first.
+func (p *Proxy) setConn(field *net.Conn, c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false
 	}
-	pc.client = c
-	return true
-}
-
-// setUpstream records a connection's upstream, or reports false when Close came first.
-func (p *Proxy) setUpstream(pc *proxyConn, up net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	pc.up = up
+	*field = c
 	return true
 }
 
@@ -442,7 +431,7 @@ func (pc *proxyConn) runOwn(rest []byte) {
 		p.log.Debug("proxy: dial upstream", "upstream", p.upstream, "err", err)
 		return
 	}
-	if !p.setUpstream(pc, up) {
+	if !p.setConn(&pc.up, up) {
 		_ = up.Close()
 		return
 	}

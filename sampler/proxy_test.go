@@ -692,3 +692,25 @@ func TestProxyResp3Shared(t *testing.T) {
 	}
 	waitFor(t, "the late client pinned", func() bool { return p.Stats().Pins[sampler.PinCommand] == 1 })
 }
+
+// TestProxyNoResp3: behind a Redis that does not switch to RESP3 (HELLO renamed away),
+// plain clients are still shared, and a client that opens with HELLO 3 is pinned and
+// gets Redis's own answer.
+func TestProxyNoResp3(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("multiplexing is Linux only")
+	}
+	srv := redistest.Start(t, redistest.Options{Args: []string{"--rename-command", "HELLO", ""}})
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink()})
+	addr := p.Addr().String()
+	plain := muxDial(t, addr)
+	plain.expect(t, "+PONG\r\n", "PING")
+	hello := muxDial(t, addr)
+	if got := hello.do(t, "HELLO", "3"); !strings.HasPrefix(got, "-ERR unknown command") {
+		t.Fatalf("HELLO 3: got %q; want Redis's unknown command error", got)
+	}
+	hello.expect(t, "+PONG\r\n", "PING")
+	if s := p.Stats(); s.SharedClients != 1 || s.OwnClients != 1 || s.Pins[sampler.PinCommand] != 1 || s.SharedFailures != 0 {
+		t.Fatalf("stats %+v; want the plain client shared, the HELLO 3 one pinned, no failure", s)
+	}
+}
