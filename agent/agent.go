@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/internal/defaults"
 	"github.com/hotkeyd/hotkeyd/mitigate"
 	"github.com/hotkeyd/hotkeyd/registry"
 	"github.com/hotkeyd/hotkeyd/sampler"
@@ -111,15 +112,11 @@ func New(o Options) (*Agent, error) {
 		r := detector.DefaultRules()
 		o.Rules = &r
 	}
-	if o.MaxKeyBytes == 0 {
-		o.MaxKeyBytes = 512
-	}
+	o.MaxKeyBytes = defaults.Or(o.MaxKeyBytes, 512)
 	if o.MaxKeyBytes < 1 {
 		return nil, fmt.Errorf("agent: max key bytes %d: must be ≥ 1", o.MaxKeyBytes)
 	}
-	if o.History == 0 {
-		o.History = 60
-	}
+	o.History = defaults.Or(o.History, 60)
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotkeyd/hotkeyd/internal/defaults"
 	"github.com/hotkeyd/hotkeyd/sampler"
 )
 
@@ -136,27 +137,19 @@ func newReporter(opts ReporterOptions) (*Reporter, error) {
 	if opts.SampleEvery < 0 || uint64(opts.SampleEvery) > math.MaxUint32 {
 		return nil, fmt.Errorf("client: SampleEvery %d: must be 0 (100) to 4294967295", opts.SampleEvery)
 	}
-	if opts.SampleEvery == 0 {
-		opts.SampleEvery = DefaultSampleEvery
-	}
+	opts.SampleEvery = defaults.Or(opts.SampleEvery, DefaultSampleEvery)
 	if opts.Buffer < 0 || opts.Buffer > 1<<20 {
 		return nil, fmt.Errorf("client: Buffer %d: must be 0 (8192) to 1048576 samples", opts.Buffer)
 	}
-	if opts.Buffer == 0 {
-		opts.Buffer = DefaultBuffer
-	}
+	opts.Buffer = defaults.Or(opts.Buffer, DefaultBuffer)
 	if opts.FlushInterval != 0 && (opts.FlushInterval < time.Millisecond || opts.FlushInterval > time.Minute) {
 		return nil, fmt.Errorf("client: FlushInterval %v: must be 0 (100ms) or 1ms to 1m", opts.FlushInterval)
 	}
-	if opts.FlushInterval == 0 {
-		opts.FlushInterval = DefaultFlushInterval
-	}
+	opts.FlushInterval = defaults.Or(opts.FlushInterval, DefaultFlushInterval)
 	if opts.MaxDatagram != 0 && (opts.MaxDatagram < 128 || opts.MaxDatagram > sampler.MaxReportSize) {
 		return nil, fmt.Errorf("client: MaxDatagram %d: must be 0 (1400) or 128 to %d bytes", opts.MaxDatagram, sampler.MaxReportSize)
 	}
-	if opts.MaxDatagram == 0 {
-		opts.MaxDatagram = sampler.SafeReportSize
-	}
+	opts.MaxDatagram = defaults.Or(opts.MaxDatagram, sampler.SafeReportSize)
 	var token []byte
 	if opts.Token != "" {
 		token = []byte(opts.Token)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/axiomhq/hyperloglog"
 	"github.com/cespare/xxhash/v2"
+	"github.com/hotkeyd/hotkeyd/internal/defaults"
 	"github.com/hotkeyd/hotkeyd/sketch"
 	"github.com/hotkeyd/hotkeyd/topk"
 )
@@ -35,24 +36,12 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, error) {
-	if o.Width == 0 {
-		o.Width = sketch.DefaultWidth
-	}
-	if o.Depth == 0 {
-		o.Depth = sketch.DefaultDepth
-	}
-	if o.Tick == 0 {
-		o.Tick = 100 * time.Millisecond
-	}
-	if o.Ticks == 0 {
-		o.Ticks = sketch.DefaultTicks
-	}
-	if o.K == 0 {
-		o.K = topk.DefaultK
-	}
-	if o.Shards == 0 {
-		o.Shards = 4
-	}
+	o.Width = defaults.Or(o.Width, sketch.DefaultWidth)
+	o.Depth = defaults.Or(o.Depth, sketch.DefaultDepth)
+	o.Tick = defaults.Or(o.Tick, 100*time.Millisecond)
+	o.Ticks = defaults.Or(o.Ticks, sketch.DefaultTicks)
+	o.K = defaults.Or(o.K, topk.DefaultK)
+	o.Shards = defaults.Or(o.Shards, 4)
 	if o.Shards < 1 || o.Shards > 256 || o.Shards&(o.Shards-1) != 0 {
 		return o, fmt.Errorf("detector: shards %d: must be a power of two in [1, 256]", o.Shards)
 	}

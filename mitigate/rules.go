@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/hotkeyd/hotkeyd/internal/defaults"
 )
 
 // KeyStats is what the rules know of one key at one evaluation.
@@ -137,27 +139,13 @@ func (r Rules) Validate() error {
 
 // withDefaults fills every zero field.
 func (r Rules) withDefaults() Rules {
-	if r.L1TTL == 0 {
-		r.L1TTL = DefaultL1TTL
-	}
-	if r.NodeCapacity == 0 {
-		r.NodeCapacity = DefaultNodeCapacity
-	}
-	if r.Headroom == 0 {
-		r.Headroom = DefaultHeadroom
-	}
-	if r.NodeBandwidth == 0 {
-		r.NodeBandwidth = DefaultNodeBandwidth
-	}
-	if r.MaxWriteShare == 0 {
-		r.MaxWriteShare = DefaultMaxWriteShare
-	}
-	if r.MaxSubCounters == 0 {
-		r.MaxSubCounters = DefaultMaxSubCounters
-	}
-	if r.FlushInterval == 0 {
-		r.FlushInterval = DefaultFlushInterval
-	}
+	r.L1TTL = defaults.Or(r.L1TTL, DefaultL1TTL)
+	r.NodeCapacity = defaults.Or(r.NodeCapacity, DefaultNodeCapacity)
+	r.Headroom = defaults.Or(r.Headroom, DefaultHeadroom)
+	r.NodeBandwidth = defaults.Or(r.NodeBandwidth, DefaultNodeBandwidth)
+	r.MaxWriteShare = defaults.Or(r.MaxWriteShare, DefaultMaxWriteShare)
+	r.MaxSubCounters = defaults.Or(r.MaxSubCounters, DefaultMaxSubCounters)
+	r.FlushInterval = defaults.Or(r.FlushInterval, DefaultFlushInterval)
 	return r
 }
 

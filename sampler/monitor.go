@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/hotkeyd/hotkeyd/internal/defaults"
 )
 
 // MonitorOptions configure a Monitor. Only Sink must be set; the zero value of every
@@ -124,19 +126,19 @@ func NewMonitor(o MonitorOptions) (*Monitor, error) {
 		}
 	}
 	m := &Monitor{
-		addr:        orDefault(o.Addr, DefaultMonitorAddr),
+		addr:        defaults.Or(o.Addr, DefaultMonitorAddr),
 		user:        o.Username,
 		pass:        o.Password,
-		every:       orDefault(o.SampleEvery, DefaultProxySampleEvery),
-		source:      orDefault(o.Source, DefaultMonitorSource),
+		every:       defaults.Or(o.SampleEvery, DefaultProxySampleEvery),
+		source:      defaults.Or(o.Source, DefaultMonitorSource),
 		sink:        o.Sink,
-		batchSize:   orDefault(o.BatchSize, DefaultProxyBatchSize),
-		interval:    orDefault(o.FlushInterval, DefaultProxyFlushInterval),
-		dialTimeout: orDefault(o.DialTimeout, DefaultProxyDialTimeout),
-		minBackoff:  orDefault(o.MinBackoff, DefaultMonitorMinBackoff),
-		maxBackoff:  orDefault(o.MaxBackoff, DefaultMonitorMaxBackoff),
-		maxLine:     orDefault(o.MaxLineBytes, DefaultMonitorMaxLineBytes),
-		maxKey:      orDefault(o.MaxKeyBytes, DefaultProxyMaxKeyBytes),
+		batchSize:   defaults.Or(o.BatchSize, DefaultProxyBatchSize),
+		interval:    defaults.Or(o.FlushInterval, DefaultProxyFlushInterval),
+		dialTimeout: defaults.Or(o.DialTimeout, DefaultProxyDialTimeout),
+		minBackoff:  defaults.Or(o.MinBackoff, DefaultMonitorMinBackoff),
+		maxBackoff:  defaults.Or(o.MaxBackoff, DefaultMonitorMaxBackoff),
+		maxLine:     defaults.Or(o.MaxLineBytes, DefaultMonitorMaxLineBytes),
+		maxKey:      defaults.Or(o.MaxKeyBytes, DefaultProxyMaxKeyBytes),
 		log:         o.Logger,
 		closed:      make(chan struct{}),
 	}

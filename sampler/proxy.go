@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hotkeyd/hotkeyd/internal/defaults"
 )
 
 // ProxyOptions configure a Proxy. Only Sink must be set; the zero value of every other
@@ -220,13 +222,13 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 			o.MaxKeyBytes, respMaxInline, DefaultProxyMaxKeyBytes)
 	}
 	p := &Proxy{
-		upstream:  orDefault(o.Upstream, DefaultProxyUpstream),
-		every:     orDefault(o.SampleEvery, DefaultProxySampleEvery),
-		source:    orDefault(o.Source, DefaultProxySource),
+		upstream:  defaults.Or(o.Upstream, DefaultProxyUpstream),
+		every:     defaults.Or(o.SampleEvery, DefaultProxySampleEvery),
+		source:    defaults.Or(o.Source, DefaultProxySource),
 		sink:      o.Sink,
-		bufSize:   orDefault(o.BufferSize, DefaultProxyBufferSize),
-		maxKey:    orDefault(o.MaxKeyBytes, DefaultProxyMaxKeyBytes),
-		interval:  orDefault(o.FlushInterval, DefaultProxyFlushInterval),
+		bufSize:   defaults.Or(o.BufferSize, DefaultProxyBufferSize),
+		maxKey:    defaults.Or(o.MaxKeyBytes, DefaultProxyMaxKeyBytes),
+		interval:  defaults.Or(o.FlushInterval, DefaultProxyFlushInterval),
 		seed:      o.Seed,
 		log:       o.Logger,
 		multiplex: !o.ConnPerClient,
@@ -240,24 +242,15 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.logq = math.Log1p(-1 / float64(p.every))
-	p.dialer.Timeout = orDefault(o.DialTimeout, DefaultProxyDialTimeout)
-	p.batches = newProxyBatcher(orDefault(o.BatchSize, DefaultProxyBatchSize), p.maxKey)
-	ln, err := net.Listen("tcp", orDefault(o.Listen, DefaultProxyListen))
+	p.dialer.Timeout = defaults.Or(o.DialTimeout, DefaultProxyDialTimeout)
+	p.batches = newProxyBatcher(defaults.Or(o.BatchSize, DefaultProxyBatchSize), p.maxKey)
+	ln, err := net.Listen("tcp", defaults.Or(o.Listen, DefaultProxyListen))
 	if err != nil {
 		return nil, fmt.Errorf("sampler: proxy: %w", err)
 	}
 	p.ln = ln
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p, nil
-}
-
-// orDefault returns v, or def when v is the zero value.
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Addr returns the address the proxy listens on.

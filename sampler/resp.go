@@ -3,6 +3,8 @@ package sampler
 import (
 	"bytes"
 	"fmt"
+
+	"github.com/hotkeyd/hotkeyd/internal/defaults"
 )
 
 // RESPOptions configure a RESPParser. The zero value keeps the first 256 arguments of a
@@ -116,12 +118,9 @@ func NewRESPParser(o RESPOptions) (*RESPParser, error) {
 		return nil, fmt.Errorf("sampler: RESPOptions.MaxArgBytes %d: must be between 0 (default %d) and %d",
 			o.MaxArgBytes, DefaultRESPMaxArgBytes, respMaxInline)
 	}
-	p := &RESPParser{maxArgs: o.MaxArgs, maxArgBytes: o.MaxArgBytes}
-	if p.maxArgs == 0 {
-		p.maxArgs = DefaultRESPMaxArgs
-	}
-	if p.maxArgBytes == 0 {
-		p.maxArgBytes = DefaultRESPMaxArgBytes
+	p := &RESPParser{
+		maxArgs:     defaults.Or(o.MaxArgs, DefaultRESPMaxArgs),
+		maxArgBytes: defaults.Or(o.MaxArgBytes, DefaultRESPMaxArgBytes),
 	}
 	p.buf = make([]byte, 0, 1024)
 	p.args = make([][]byte, 0, 16)

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/hotkeyd/hotkeyd/internal/defaults"
 )
 
 // UDPOptions configures a UDPServer. The zero value works except for Sink, which is
@@ -66,15 +68,11 @@ func NewUDPServer(opts UDPOptions) (*UDPServer, error) {
 	if opts.Readers < 0 || opts.Readers > maxUDPReaders {
 		return nil, fmt.Errorf("sampler: UDP Readers %d: must be 0 (GOMAXPROCS) to %d", opts.Readers, maxUDPReaders)
 	}
-	if opts.Readers == 0 {
-		opts.Readers = runtime.GOMAXPROCS(0)
-	}
+	opts.Readers = defaults.Or(opts.Readers, runtime.GOMAXPROCS(0))
 	if opts.SocketBuffer != 0 && (opts.SocketBuffer < 64<<10 || opts.SocketBuffer > 1<<30) {
 		return nil, fmt.Errorf("sampler: UDP SocketBuffer %d: must be 0 (8 MiB) or 65536 to 1073741824 bytes", opts.SocketBuffer)
 	}
-	if opts.SocketBuffer == 0 {
-		opts.SocketBuffer = DefaultSocketBuffer
-	}
+	opts.SocketBuffer = defaults.Or(opts.SocketBuffer, DefaultSocketBuffer)
 	if len(opts.Token) > MaxTokenLen {
 		return nil, fmt.Errorf("sampler: UDP Token of %d bytes: must be at most %d", len(opts.Token), MaxTokenLen)
 	}
