@@ -146,12 +146,11 @@ type shard struct {
 }
 
 type entry struct {
-	key        string
-	val        atomic.Pointer[value]
-	ref        atomic.Bool // CLOCK's reference bit, set by reads
-	refreshing atomic.Bool // a background refresh is running
-	idx        int         // position in shard.ring; guarded by shard.mu
-	size       int64       // guarded by shard.mu
+	key  string
+	val  atomic.Pointer[value]
+	ref  atomic.Bool // CLOCK's reference bit, set by reads
+	idx  int         // position in shard.ring; guarded by shard.mu
+	size int64       // guarded by shard.mu
 }
 
 // value is one loaded value and its lifetime, in durations since the cache's epoch.
@@ -393,23 +392,21 @@ func (c *Cache) resolve(ctx context.Context, s *shard, e *entry, v *value, state
 	}
 }
 
-// refresh starts one background load of e's key, unless one is running; readers keep
-// getting the value they have meanwhile (and after a failed refresh, until its hard TTL).
+// refresh starts one background load of e's key, unless one is running (the key's flight
+// is the only record of that: it is gone before the load's error is counted, so whoever
+// sees the count can start the next refresh); readers keep getting the value they have
+// meanwhile (and after a failed refresh, until its hard TTL).
 func (c *Cache) refresh(ctx context.Context, s *shard, e *entry, ttl time.Duration, load loader, early bool) {
-	if c.closed.Load() || !e.refreshing.CompareAndSwap(false, true) {
+	if c.closed.Load() {
+		return
+	}
+	if _, leader := c.join(ctx, s, e.key, ttl, load); !leader {
 		return
 	}
 	c.refreshes.Add(1)
 	if early {
 		c.early.Add(1)
 	}
-	f, _ := c.join(ctx, s, e.key, ttl, load)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		<-f.done
-		e.refreshing.Store(false)
-	}()
 }
 
 // join returns the key's load in progress, or starts one; leader reports whether this
