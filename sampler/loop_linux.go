@@ -233,10 +233,11 @@ func (l *muxLoop) wake() {
 
 func (l *muxLoop) run() {
 	defer l.shutdown()
-	// Between turns the goroutine waits in Go's poller, which watches the epoll
-	// descriptor (readable while it has events), rather than in a blocking epoll_wait:
-	// a goroutine in a system call keeps the runtime's monitor thread waking every
-	// 20 µs, which cost the proxy 7 % of its time under load.
+	// Between turns the goroutine parks in Go's poller, which watches the epoll
+	// descriptor (readable while it has events), rather than blocking in epoll_wait:
+	// a goroutine blocked in a system call keeps the runtime's monitor thread (sysmon)
+	// from its long sleeps. Under redis-benchmark it woke 2,700 times a second and took
+	// 7 % of the proxy's time; with the loop parked in the poller, 0.3 %.
 	fd, err := dupCloseOnExec(l.epfd)
 	if err != nil {
 		l.p.sharedFailed(err)
