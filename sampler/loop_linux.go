@@ -450,7 +450,9 @@ func (l *muxLoop) readClient(c *loopClient) {
 		c.owed += cmds
 		c.pending = copy(c.in, c.in[end:c.pending])
 		c.base += int64(end)
-		if len(u.out) >= muxOpen {
+		// Send early what is enough to start Redis on (unless the last write is still
+		// waiting for room), and stop at muxOpen.
+		if len(u.out) >= muxOpen || len(u.out) >= muxFlushAt && u.events&syscall.EPOLLOUT == 0 {
 			l.flushUp(c.on)
 		}
 	}
