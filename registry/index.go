@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -108,7 +107,7 @@ func NewIndex(events []Event, o IndexOptions) (*Index, error) {
 			case Prefix:
 				x.prefixes.add(p.Literal, r)
 			default:
-				if lit := globLiteral(p.Source); lit != "" {
+				if lit, _ := splitLiteral(p.Source); lit != "" {
 					x.globs.add(lit, r)
 				} else {
 					x.scanned = append(x.scanned, r)
@@ -117,26 +116,6 @@ func NewIndex(events []Event, o IndexOptions) (*Index, error) {
 		}
 	}
 	return x, nil
-}
-
-// globLiteral returns the literal bytes a glob's matches must start with: those before
-// its first unescaped '*', '?' or '[', escapes removed.
-func globLiteral(src string) string {
-	var b strings.Builder
-	for i := 0; i < len(src); i++ {
-		switch c := src[i]; c {
-		case '*', '?', '[':
-			return b.String()
-		case '\\':
-			if i+1 < len(src) {
-				i++
-			}
-			b.WriteByte(src[i])
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
 }
 
 // CoolDown returns the cool-down the index arms events for after each occurrence.

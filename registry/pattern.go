@@ -59,10 +59,7 @@ func CompilePattern(src string) (Pattern, error) {
 		return Pattern{}, fmt.Errorf("%d bytes long: at most %d allowed", len(src), MaxPatternLen)
 	}
 	p := Pattern{Source: src, Kind: Glob, Broad: !hasLiteral(src)}
-	lit, rest, ok := literalPrefix(src)
-	if !ok {
-		return p, nil
-	}
+	lit, rest := splitLiteral(src)
 	switch {
 	case rest == "":
 		p.Kind, p.Literal = Exact, lit
@@ -72,17 +69,15 @@ func CompilePattern(src string) (Pattern, error) {
 	return p, nil
 }
 
-// literalPrefix splits src into its leading literal characters (escapes removed) and the
-// rest, which starts at the first unescaped '*', '?' or '['. ok is false when the rest
-// holds anything but '*' after its start that would make it a glob; callers check rest.
-func literalPrefix(src string) (lit, rest string, ok bool) {
+// splitLiteral splits src at its first unescaped '*', '?' or '[': lit is what comes
+// before it, escapes removed, and rest starts at it ("" when src has none). A glob's
+// matches all start with lit.
+func splitLiteral(src string) (lit, rest string) {
 	var b strings.Builder
 	for i := 0; i < len(src); i++ {
 		switch c := src[i]; c {
-		case '*':
-			return b.String(), src[i:], true
-		case '?', '[':
-			return "", "", false
+		case '*', '?', '[':
+			return b.String(), src[i:]
 		case '\\':
 			// Redis: a backslash escapes the next byte; a trailing one is itself.
 			if i+1 < len(src) {
@@ -93,7 +88,7 @@ func literalPrefix(src string) (lit, rest string, ok bool) {
 			b.WriteByte(c)
 		}
 	}
-	return b.String(), "", true
+	return b.String(), ""
 }
 
 // hasLiteral says whether src has a character outside '*', '?' and [...] classes.
