@@ -193,6 +193,33 @@ func fieldNames(t reflect.Type) []string {
 	return names
 }
 
+// stringItems decodes the sequence n of strings into dst, reporting each item that is
+// not one as key[i], which must be want; with trim it drops the space around items and
+// the items left empty.
+func (d *decoder) stringItems(n *yaml.Node, dst reflect.Value, key, want string, trim bool) bool {
+	list := make([]string, 0, len(n.Content))
+	ok := true
+	for i, item := range n.Content {
+		item = resolve(item)
+		if item.Kind != yaml.ScalarNode || isNull(item) {
+			d.fail(item, "%s[%d] must be %s, got %s", key, i, want, describe(item))
+			ok = false
+			continue
+		}
+		v := item.Value
+		if trim {
+			if v = strings.TrimSpace(v); v == "" {
+				continue
+			}
+		}
+		list = append(list, v)
+	}
+	if ok {
+		dst.Set(reflect.ValueOf(list))
+	}
+	return ok
+}
+
 // leaf decodes the value of one key of kind k into dst and reports whether it succeeded.
 func (d *decoder) leaf(n *yaml.Node, k kind, dst reflect.Value, key string) bool {
 	if isNull(n) {
@@ -206,23 +233,7 @@ func (d *decoder) leaf(n *yaml.Node, k kind, dst reflect.Value, key string) bool
 			dst.Set(reflect.ValueOf(splitList(n.Value)))
 			return true
 		case yaml.SequenceNode:
-			list := make([]string, 0, len(n.Content))
-			ok := true
-			for i, item := range n.Content {
-				item = resolve(item)
-				if item.Kind != yaml.ScalarNode || isNull(item) {
-					d.fail(item, "%s[%d] must be a string like \"127.0.0.1:6379\", got %s", key, i, describe(item))
-					ok = false
-					continue
-				}
-				if s := strings.TrimSpace(item.Value); s != "" {
-					list = append(list, s)
-				}
-			}
-			if ok {
-				dst.Set(reflect.ValueOf(list))
-			}
-			return ok
+			return d.stringItems(n, dst, key, `a string like "127.0.0.1:6379"`, true)
 		}
 		d.fail(n, "%s must be a list of strings, got %s", key, describe(n))
 		return false
@@ -231,21 +242,7 @@ func (d *decoder) leaf(n *yaml.Node, k kind, dst reflect.Value, key string) bool
 			d.fail(n, "%s must be a list of strings like [\"score:match42\"], got %s", key, describe(n))
 			return false
 		}
-		list := make([]string, 0, len(n.Content))
-		ok := true
-		for i, item := range n.Content {
-			item = resolve(item)
-			if item.Kind != yaml.ScalarNode || isNull(item) {
-				d.fail(item, "%s[%d] must be a string, got %s", key, i, describe(item))
-				ok = false
-				continue
-			}
-			list = append(list, item.Value)
-		}
-		if ok {
-			dst.Set(reflect.ValueOf(list))
-		}
-		return ok
+		return d.stringItems(n, dst, key, "a string", false)
 	case kOverrides, kEvents:
 		like := `{pattern: "score:*", read_rate: 5000}`
 		what := "overrides"
