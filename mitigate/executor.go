@@ -262,8 +262,7 @@ func (e *Executor) apply(ctx context.Context, p Plan) error {
 		gone, reason := names, endReason(key, Copies)
 		if ok {
 			gone, reason = minus(names, cur), "copy names changed (topology)"
-		}
-		if !ok {
+		} else {
 			delete(e.copies, key)
 		}
 		if len(gone) > 0 {
