@@ -4,6 +4,7 @@ package sampler
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"sync"
@@ -269,7 +270,7 @@ func (l *muxLoop) run() {
 		})
 	}
 	if err != nil {
-		l.p.sharedFailed(err) // the epoll descriptor cannot be waited on in Go's poller
+		l.p.sharedFailed(fmt.Errorf("wait for the epoll descriptor in Go's poller: %w", err))
 	}
 }
 
