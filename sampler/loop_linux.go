@@ -48,6 +48,7 @@ type muxLoop struct {
 	clients   map[int]*loopClient
 	throttled bool          // Redis is behind: clients are not read
 	finished  []*loopClient // clients to close or hand back after this turn
+	routes    routeMemo     // where the last command name went
 }
 
 // The shared connections: up[upReads] and up[upWrites] speak RESP2, and the same
@@ -418,7 +419,8 @@ func (l *muxLoop) readClient(c *loopClient) {
 	var pin *atomic.Uint64
 	for pc.nextCommand() {
 		first := c.owed == 0 && cmds == 0 // it may pick its connection
-		if !muxable(ps.Name(), ps.Sub(), ps.NArgs()) {
+		shared, write := l.routes.route(ps.Name(), ps.Sub(), ps.NArgs())
+		if !shared {
 			proto, hello := helloProto(ps.Name(), ps.Sub(), ps.NArgs())
 			if !hello || !first || proto == 3 && l.noResp3 {
 				pin = &l.p.stats.pinCommand
@@ -428,7 +430,7 @@ func (l *muxLoop) readClient(c *loopClient) {
 		}
 		if first {
 			c.on = upReads
-			if mayWrite(ps.Name()) {
+			if write {
 				c.on = upWrites
 			}
 			if c.resp3 {

@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -91,43 +92,85 @@ func TestAppendKeySamplesTruncated(t *testing.T) {
 	}
 }
 
-func TestMuxable(t *testing.T) {
+func TestMuxRoute(t *testing.T) {
 	tests := []struct {
-		cmd  []string
-		want bool
+		cmd           []string
+		shared, write bool
 	}{
-		{[]string{"GET", "k"}, true},
-		{[]string{"get", "k"}, true},
-		{[]string{"MGET", "a", "b"}, true},
-		{[]string{"INCRBY", "c", "5"}, true},
-		{[]string{"PING"}, true},
-		{[]string{"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}, true},
-		{[]string{"client", "setinfo", "lib-ver", "5.0"}, true},
-		{[]string{"SELECT", "0"}, true},
-		{[]string{"SELECT", "1"}, false},
-		{[]string{"SELECT", "00"}, false},
-		{[]string{"SELECT", "0", "x"}, false},
-		{[]string{"CLIENT", "SETNAME", "a"}, false},
-		{[]string{"CLIENT", "REPLY", "OFF"}, false},
-		{[]string{"AUTH", "pw"}, false},
-		{[]string{"HELLO", "3"}, false},
-		{[]string{"MULTI"}, false},
-		{[]string{"WATCH", "k"}, false},
-		{[]string{"BLPOP", "q", "0"}, false},
-		{[]string{"SUBSCRIBE", "ch"}, false},
-		{[]string{"WAIT", "1", "0"}, false},
-		{[]string{"EVAL", "return 1", "0"}, false},
-		{[]string{"QUIT"}, false},
-		{[]string{"NOSUCHCOMMAND"}, false},
-		{[]string{""}, false},
+		{[]string{"GET", "k"}, true, false},
+		{[]string{"get", "k"}, true, false},
+		{[]string{"MGET", "a", "b"}, true, false},
+		{[]string{"INCRBY", "c", "5"}, true, true},
+		{[]string{"set", "k", "v"}, true, true},
+		{[]string{"PFCOUNT", "h"}, true, true},
+		{[]string{"PING"}, true, false},
+		{[]string{"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}, true, false},
+		{[]string{"client", "setinfo", "lib-ver", "5.0"}, true, false},
+		{[]string{"SELECT", "0"}, true, false},
+		{[]string{"SELECT", "1"}, false, false},
+		{[]string{"SELECT", "00"}, false, false},
+		{[]string{"SELECT", "0", "x"}, false, false},
+		{[]string{"CLIENT", "SETNAME", "a"}, false, false},
+		{[]string{"CLIENT", "REPLY", "OFF"}, false, false},
+		{[]string{"AUTH", "pw"}, false, false},
+		{[]string{"HELLO", "3"}, false, false},
+		{[]string{"MULTI"}, false, false},
+		{[]string{"WATCH", "k"}, false, false},
+		{[]string{"BLPOP", "q", "0"}, false, false},
+		{[]string{"SUBSCRIBE", "ch"}, false, false},
+		{[]string{"WAIT", "1", "0"}, false, false},
+		{[]string{"EVAL", "return 1", "0"}, false, false},
+		{[]string{"QUIT"}, false, false},
+		{[]string{"NOSUCHCOMMAND"}, false, false},
+		{[]string{""}, false, false},
 	}
-	for _, tt := range tests {
-		var sub []byte
-		if len(tt.cmd) > 1 {
-			sub = []byte(tt.cmd[1])
-		}
-		if got := muxable([]byte(tt.cmd[0]), sub, len(tt.cmd)); got != tt.want {
-			t.Errorf("muxable(%q): got %v; want %v", tt.cmd, got, tt.want)
+	check := func(how string, route func(name, sub []byte, nargs int) (bool, bool)) {
+		t.Helper()
+		for _, tt := range tests {
+			var sub []byte
+			if len(tt.cmd) > 1 {
+				sub = []byte(tt.cmd[1])
+			}
+			shared, write := route([]byte(tt.cmd[0]), sub, len(tt.cmd))
+			if shared != tt.shared || write != tt.write {
+				t.Errorf("%s %q: shared %v, write %v; want %v, %v", how, tt.cmd, shared, write, tt.shared, tt.write)
+			}
 		}
 	}
+	check("muxRoute", func(name, sub []byte, nargs int) (bool, bool) {
+		shared, write, _ := muxRoute(name, sub, nargs)
+		return shared, write
+	})
+	// One memo through the table, each command twice in a row (the second from what
+	// it remembered), then backwards: what it remembers never decides another command.
+	var m routeMemo
+	twice := func(name, sub []byte, nargs int) (bool, bool) {
+		shared, write := m.route(name, sub, nargs)
+		if s, w := m.route(name, sub, nargs); s != shared || w != write {
+			t.Errorf("routeMemo %q %q: %v, %v, then %v, %v", name, sub, shared, write, s, w)
+		}
+		return shared, write
+	}
+	check("routeMemo", twice)
+	slices.Reverse(tests)
+	check("routeMemo backwards", twice)
+}
+
+// BenchmarkMuxRoute is the look-up per multiplexed command: the table, and the memo
+// under a run of one command.
+func BenchmarkMuxRoute(b *testing.B) {
+	name := []byte("GET")
+	b.Run("lookup", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			muxRoute(name, nil, 2)
+		}
+	})
+	b.Run("memo", func(b *testing.B) {
+		b.ReportAllocs()
+		var m routeMemo
+		for b.Loop() {
+			m.route(name, nil, 2)
+		}
+	})
 }
