@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/hotkeyd/hotkeyd/internal/leaktest"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -469,18 +468,7 @@ func testCloseLeaksNothing(t *testing.T, im impl) {
 	rdb := im.new()
 	defer rdb.Close()
 	ctx := context.Background()
-	rdb.Ping(ctx) // let the pool and cluster state settle before counting
-	time.Sleep(50 * time.Millisecond)
-	base := runtime.NumGoroutine()
-	c, err := Attach(rdb, Options{Agent: ps.URL(), Source: "leak"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.WaitPlan(wctx); err != nil {
-		t.Fatal(err)
-	}
+	c, base := attachCounted(t, rdb, Options{Agent: ps.URL(), Source: "leak"})
 	for range 20 {
 		rdb.Get(ctx, "l1:leak")
 		c.Get(ctx, "aside", func(context.Context) ([]byte, error) { return []byte("v"), nil })

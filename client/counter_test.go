@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"github.com/hotkeyd/hotkeyd/internal/leaktest"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -316,18 +315,7 @@ func testCounterCloseLeaksNothing(t *testing.T, im impl) {
 	rdb := im.new()
 	defer rdb.Close()
 	ctx := context.Background()
-	rdb.Ping(ctx)
-	time.Sleep(50 * time.Millisecond)
-	base := runtime.NumGoroutine()
-	c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.WaitPlan(wctx); err != nil {
-		t.Fatal(err)
-	}
+	c, base := attachCounted(t, rdb, Options{Agent: ps.URL(), NoReports: true})
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {

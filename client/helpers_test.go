@@ -1,15 +1,19 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/mitigate"
@@ -173,4 +177,25 @@ func redisGetsEach(t testing.TB, addrs ...string) []int {
 		out = append(out, redisGets(t, a))
 	}
 	return out
+}
+
+// attachCounted lets rdb's pool and cluster state settle (a PING, then a pause), counts
+// the goroutines, and attaches a Client with opts that has its first plan. It returns the
+// Client and the count from before Attach, for leaktest.Wait after Close.
+func attachCounted(t *testing.T, rdb redis.UniversalClient, opts Options) (*Client, int) {
+	t.Helper()
+	ctx := context.Background()
+	rdb.Ping(ctx)
+	time.Sleep(50 * time.Millisecond)
+	base := runtime.NumGoroutine()
+	c, err := Attach(rdb, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.WaitPlan(wctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, base
 }
