@@ -122,8 +122,7 @@ func TestFailOpenKeepsPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	taken := time.Now()
-	ps.fail(http.StatusInternalServerError, nil)
-	ps.publish() // wake the long-poll: it now gets 500s
+	ps.fail(http.StatusInternalServerError, nil) // the waiting long-poll too gets a 500
 	rdb.Set(ctx, "fo:kept", "v", 0)
 	before := redisGets(t, srv.Addr())
 	for range 10 {

@@ -25,7 +25,7 @@ import (
 type planServer struct {
 	mu      sync.Mutex    // guards plan, changed, status and body
 	plan    mitigate.Plan // the current plan
-	changed chan struct{} // closed when plan changes
+	changed chan struct{} // closed when plan or status changes
 	status  int           // when not 0, every request gets this status and body
 	body    []byte
 	srv     *httptest.Server
@@ -48,11 +48,9 @@ func (s *planServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	status, body, p, changed := s.status, s.body, s.plan, s.changed
+	p, changed := s.plan, s.changed
 	s.mu.Unlock()
-	if status != 0 {
-		w.WriteHeader(status)
-		w.Write(body)
+	if s.failed(w) {
 		return
 	}
 	q := r.URL.Query()
@@ -71,6 +69,9 @@ func (s *planServer) serve(w http.ResponseWriter, r *http.Request) {
 			case <-r.Context().Done():
 			}
 			t.Stop()
+			if s.failed(w) { // fail was called during the wait
+				return
+			}
 			s.mu.Lock()
 			p = s.plan
 			s.mu.Unlock()
@@ -90,15 +91,35 @@ func (s *planServer) publish(entries ...mitigate.Entry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.plan = mitigate.Plan{Version: s.plan.Version + 1, Generated: planNow, Primaries: 3, Entries: entries}
+	s.wakeLocked()
+}
+
+// fail makes every request answer status with body until fail(0, nil), a long-poll
+// already waiting included: fail wakes it without changing the plan.
+func (s *planServer) fail(status int, body []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.status, s.body = status, body
+	s.wakeLocked()
+}
+
+// wakeLocked ends every waiting long-poll; s.mu must be held.
+func (s *planServer) wakeLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
 
-// fail makes every request answer status with body until fail(0, nil).
-func (s *planServer) fail(status int, body []byte) {
+// failed answers w with the failure set by fail, if any, and reports whether it did.
+func (s *planServer) failed(w http.ResponseWriter) bool {
 	s.mu.Lock()
-	s.status, s.body = status, body
+	status, body := s.status, s.body
 	s.mu.Unlock()
+	if status == 0 {
+		return false
+	}
+	w.WriteHeader(status)
+	w.Write(body)
+	return true
 }
 
 // planNow is the agent's clock in the test plans: leases are Expires − Generated, so its
