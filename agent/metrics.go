@@ -182,8 +182,8 @@ type proxyStatser interface {
 
 // proxyCollector exports a proxy tap's client counters.
 type proxyCollector struct {
-	src                       proxyStatser
-	clients, pins, sharedFail *prometheus.Desc
+	src                              proxyStatser
+	clients, pins, sharedFail, batch *prometheus.Desc
 }
 
 func newProxyCollector(src proxyStatser) *proxyCollector {
@@ -192,6 +192,7 @@ func newProxyCollector(src proxyStatser) *proxyCollector {
 		clients:    prometheus.NewDesc("hotkeyd_proxy_clients", "Clients of the proxy tap now, by upstream connection: shared (multiplexed) or own.", []string{"conn"}, nil),
 		pins:       prometheus.NewDesc("hotkeyd_proxy_pins_total", "Clients the proxy tap moved from the shared upstream connection to their own, by reason (command, malformed, too_large).", []string{"reason"}, nil),
 		sharedFail: prometheus.NewDesc("hotkeyd_proxy_shared_failures_total", "Shared upstream connections that failed or could not be opened (Redis down, or wanting AUTH).", nil, nil),
+		batch:      prometheus.NewDesc("hotkeyd_proxy_sched_batch", "1 while the proxy tap runs hotkeyd's threads as SCHED_BATCH (proxy.sched_policy), 0 otherwise.", nil, nil),
 	}
 }
 
@@ -199,6 +200,7 @@ func (c *proxyCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.clients
 	ch <- c.pins
 	ch <- c.sharedFail
+	ch <- c.batch
 }
 
 func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
@@ -209,4 +211,9 @@ func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.pins, prometheus.CounterValue, float64(s.Pins[reason]), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(c.sharedFail, prometheus.CounterValue, float64(s.SharedFailures))
+	batch := 0.0
+	if s.SchedBatch {
+		batch = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.batch, prometheus.GaugeValue, batch)
 }

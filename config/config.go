@@ -63,6 +63,11 @@ type Proxy struct {
 	// false makes the proxy a plain relay with one upstream connection per client.
 	// Default true.
 	Multiplex bool `yaml:"multiplex"`
+	// SchedPolicy is what the proxy does with the scheduling policy of hotkeyd's threads
+	// (Linux): "auto" runs them as SCHED_BATCH while the multiplexed clients pipeline
+	// deeply and as SCHED_OTHER otherwise, "batch" always as SCHED_BATCH, "off" leaves
+	// the policy alone. Default "auto".
+	SchedPolicy string `yaml:"sched_policy"`
 }
 
 // Monitor configures reading samples with Redis MONITOR, which is for development only:
@@ -267,7 +272,7 @@ func Default() Config {
 	return Config{
 		HTTP:    HTTP{Listen: "127.0.0.1:9736", MaxBodyBytes: 1 << 20},
 		UDP:     UDP{Listen: "127.0.0.1:9736", Readers: 2},
-		Proxy:   Proxy{SampleEvery: 100, Multiplex: true},
+		Proxy:   Proxy{SampleEvery: 100, Multiplex: true, SchedPolicy: "auto"},
 		Monitor: Monitor{SampleEvery: 1},
 		Detector: Detector{
 			Window: time.Second,

@@ -46,6 +46,7 @@
 //	proxy.upstream                 (none)          host:port of the Redis behind the proxy (--proxy-upstream)
 //	proxy.sample_every             100             1..1000000: sample one command in N
 //	proxy.multiplex                true            share one upstream connection among clients' plain commands (Linux)
+//	proxy.sched_policy             auto            auto, batch or off: SCHED_BATCH threads while clients pipeline (Linux)
 //	monitor.addr                   (none)          host:port of a Redis to read with MONITOR, development only (--monitor)
 //	monitor.sample_every           1               1..1000000
 //	auth.token                     (none)          bearer token for mutating endpoints; printable ASCII, no spaces (--auth-token)

@@ -130,6 +130,7 @@ func (c Config) Validate() error {
 
 	v.events(c.Registry.Events)
 
+	v.oneOf("proxy.sched_policy", c.Proxy.SchedPolicy, "auto", "batch", "off")
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "text", "json")
 

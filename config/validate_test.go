@@ -119,6 +119,7 @@ func TestValidateRejects(t *testing.T) {
 			e.ID, e.Recurrence, e.Zone = "again", "daily", "Mars/Olympus"
 			c.Registry.Events = []Event{finalEvent(), e}
 		}, `registry.events[1].zone: "Mars/Olympus": not a known IANA zone`},
+		{"proxy.sched_policy", func(c *Config) { c.Proxy.SchedPolicy = "normal" }, `proxy.sched_policy: "normal" is not allowed; use one of auto, batch, off`},
 		{"log.level", func(c *Config) { c.Log.Level = "verbose" }, `log.level: "verbose" is not allowed; use one of debug, info, warn, error`},
 		{"log.format", func(c *Config) { c.Log.Format = "xml" }, `log.format: "xml" is not allowed; use one of text, json`},
 		{"mitigate.modes.copies", func(c *Config) { c.Mitigate.Modes.Copies = "yes" }, `mitigate.modes.copies: "yes" is not allowed; use one of observe, recommend, enforce`},

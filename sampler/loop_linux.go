@@ -447,6 +447,7 @@ func (l *muxLoop) readClient(c *loopClient) {
 		pin = &l.p.stats.pinTooLarge // a command larger than the buffer
 	}
 	if cmds > 0 {
+		l.p.stats.countRead(cmds)
 		u := &l.up[c.on]
 		u.out = append(u.out, c.in[:end]...)
 		u.queue.push(c, cmds)

@@ -584,6 +584,8 @@ func TestNewProxyErrors(t *testing.T) {
 		{sampler.ProxyOptions{Sink: sink, FlushInterval: -1}, "FlushInterval -1ns"},
 		{sampler.ProxyOptions{Sink: sink, DialTimeout: -1}, "DialTimeout -1ns"},
 		{sampler.ProxyOptions{Sink: sink, MaxKeyBytes: -1}, "MaxKeyBytes -1"},
+		{sampler.ProxyOptions{Sink: sink, SchedPolicy: 3}, "SchedPolicy SchedPolicy(3): must be SchedOff, SchedAuto or SchedBatch"},
+		{sampler.ProxyOptions{Sink: sink, SchedInterval: time.Microsecond}, "SchedInterval 1µs: must be between 1ms and 1m"},
 		{sampler.ProxyOptions{Sink: sink, Upstream: "nohost"}, `Upstream "nohost": must be host:port`},
 		{sampler.ProxyOptions{Sink: sink, Listen: "256.0.0.1:0"}, "256.0.0.1"},
 	}

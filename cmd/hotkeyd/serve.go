@@ -94,12 +94,17 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 		Logger:              log,
 	}
 	if cfg.Proxy.Listen != "" {
+		sched, err := sampler.ParseSchedPolicy(cfg.Proxy.SchedPolicy)
+		if err != nil {
+			return opts, err // config validation has refused it already
+		}
 		opts.Sources = append(opts.Sources, func(sink sampler.Sink) (agent.Source, error) {
 			return sampler.NewProxy(sampler.ProxyOptions{
 				Listen:        cfg.Proxy.Listen,
 				Upstream:      cfg.Proxy.Upstream,
 				SampleEvery:   cfg.Proxy.SampleEvery,
 				ConnPerClient: !cfg.Proxy.Multiplex,
+				SchedPolicy:   sched,
 				MaxKeyBytes:   cfg.Limits.MaxKeyBytes,
 				Sink:          sink,
 				Logger:        log,

@@ -1,0 +1,174 @@
+package sampler
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/internal/threadsched"
+)
+
+// SchedPolicy is what a Proxy does with the scheduling policy of its process's threads
+// (Linux; see package threadsched).
+type SchedPolicy uint8
+
+// The scheduling policies a Proxy can apply.
+const (
+	// SchedOff leaves the threads' policy alone. The default.
+	SchedOff SchedPolicy = iota
+	// SchedAuto runs the threads as SCHED_BATCH while the multiplexed clients pipeline
+	// deeply, and as SCHED_OTHER otherwise: see Proxy. It does nothing in a process
+	// started with another policy than SCHED_OTHER (chrt), or without multiplexing.
+	SchedAuto
+	// SchedBatch runs the threads as SCHED_BATCH for as long as the Proxy serves.
+	SchedBatch
+)
+
+func (s SchedPolicy) String() string {
+	switch s {
+	case SchedOff:
+		return "off"
+	case SchedAuto:
+		return "auto"
+	case SchedBatch:
+		return "batch"
+	}
+	return fmt.Sprintf("SchedPolicy(%d)", int(s))
+}
+
+// ParseSchedPolicy parses "off", "auto" or "batch".
+func ParseSchedPolicy(s string) (SchedPolicy, error) {
+	for _, p := range []SchedPolicy{SchedOff, SchedAuto, SchedBatch} {
+		if s == p.String() {
+			return p, nil
+		}
+	}
+	return SchedOff, fmt.Errorf("sampler: scheduling policy %q: must be off, auto or batch", s)
+}
+
+// DefaultProxySchedInterval is how often SchedAuto looks at the clients' reads.
+const DefaultProxySchedInterval = 20 * time.Millisecond
+
+// schedReapply is how often a policy once set is set again, for the threads the Go
+// runtime started meanwhile (from a thread not switched yet). schedLogEvery is how
+// often at most a switch is logged at info level; the others go to debug level.
+const (
+	schedReapply  = time.Second
+	schedLogEvery = time.Minute
+)
+
+// How SchedAuto decides, from the client reads of one interval that carried commands:
+// a read is deep when it carried at least deepRead commands. Batch once at least
+// batchOn of them are deep, back to normal once fewer than batchOff are; fewer reads
+// than minReadRate a second keep the policy as it is.
+const (
+	deepRead    = 4
+	batchOn     = 0.9
+	batchOff    = 0.5
+	minReadRate = 2000
+)
+
+// nextBatch returns whether the threads should run as SCHED_BATCH after an interval
+// with reads client reads, deep of them deep, when batch is what they run as now;
+// fewer than least reads decide nothing.
+func nextBatch(batch bool, reads, deep, least uint64) bool {
+	if reads < least || reads == 0 {
+		return batch
+	}
+	share := float64(deep) / float64(reads)
+	if batch {
+		return share >= batchOff
+	}
+	return share >= batchOn
+}
+
+// countRead counts a client read that carried cmds commands, for SchedAuto.
+func (s *proxyCounters) countRead(cmds int) {
+	s.reads.Add(1)
+	if cmds >= deepRead {
+		s.deepReads.Add(1)
+	}
+}
+
+// scheduler applies the Proxy's SchedPolicy until the proxy closes, then gives back
+// SCHED_OTHER to the threads if it changed them.
+func (p *Proxy) scheduler() {
+	policy, every := p.sched, p.schedEvery
+	if !threadsched.Supported {
+		p.log.Info("proxy: scheduling policies are Linux only; sched_policy does nothing here", "sched_policy", policy)
+		return
+	}
+	if cur, err := threadsched.Current(); err != nil || cur != threadsched.Normal {
+		p.log.Info("proxy: the process already has a scheduling policy; sched_policy leaves it alone",
+			"sched_policy", policy, "policy", cur, "err", err)
+		return
+	}
+	if policy == SchedAuto && !p.multiplex {
+		return // only the multiplexed clients are counted
+	}
+	batch, touched := policy == SchedBatch, false
+	defer func() {
+		if touched {
+			p.setPolicy(false)
+		}
+	}()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var reads, deep uint64
+	var logged time.Time // the last switch logged at info level
+	least := uint64(max(1, minReadRate*every.Seconds()))
+	reapply := max(1, int(schedReapply/every))
+	apply := batch
+	for n := 1; ; n++ {
+		if apply {
+			touched = true
+			if !p.setPolicy(batch) {
+				return
+			}
+		}
+		select {
+		case <-t.C:
+		case <-p.ctx.Done():
+			return
+		}
+		// Once set, now and then again, for the threads the runtime started since.
+		apply = touched && n%reapply == 0
+		if policy != SchedAuto {
+			continue
+		}
+		r, d := p.stats.reads.Load(), p.stats.deepReads.Load()
+		dr, dd := r-reads, d-deep
+		reads, deep = r, d
+		if next := nextBatch(batch, dr, dd, least); next != batch {
+			batch, apply = next, true
+			level := slog.LevelInfo
+			if now := time.Now(); now.Sub(logged) < schedLogEvery {
+				level = slog.LevelDebug // switching often: the metric shows it
+			} else {
+				logged = now
+			}
+			p.log.Log(p.ctx, level, "proxy: the clients' pipelining changed the threads' scheduling policy",
+				"policy", policyOf(batch), "client_reads", dr, "reads_with_4_or_more_commands", dd, "in", every)
+		}
+	}
+}
+
+func policyOf(batch bool) threadsched.Policy {
+	if batch {
+		return threadsched.Batch
+	}
+	return threadsched.Normal
+}
+
+// setPolicy gives every thread of the process SCHED_BATCH or SCHED_OTHER; false, after
+// logging why, when it cannot.
+func (p *Proxy) setPolicy(batch bool) bool {
+	if _, err := threadsched.SetProcess(policyOf(batch)); err != nil {
+		p.stats.schedBatch.Store(false)
+		p.log.Warn("proxy: cannot set the threads' scheduling policy; sched_policy does nothing from now on",
+			"policy", policyOf(batch), "err", err)
+		return false
+	}
+	p.stats.schedBatch.Store(batch)
+	return true
+}
