@@ -161,13 +161,21 @@ func policyOf(batch bool) threadsched.Policy {
 }
 
 // setPolicy gives every thread of the process SCHED_BATCH or SCHED_OTHER; false, after
-// logging why, when it cannot.
+// logging why, when it cannot. A thread that the runtime starts meanwhile, from a thread
+// not switched yet, keeps the old policy: so it goes over the threads again until a
+// pass finds none to change (or a few passes did not settle it; the next reapply will).
 func (p *Proxy) setPolicy(batch bool) bool {
-	if _, err := threadsched.SetProcess(policyOf(batch)); err != nil {
-		p.stats.schedBatch.Store(false)
-		p.log.Warn("proxy: cannot set the threads' scheduling policy; sched_policy does nothing from now on",
-			"policy", policyOf(batch), "err", err)
-		return false
+	for range 4 {
+		n, err := threadsched.SetProcess(policyOf(batch))
+		if err != nil {
+			p.stats.schedBatch.Store(false)
+			p.log.Warn("proxy: cannot set the threads' scheduling policy; sched_policy does nothing from now on",
+				"policy", policyOf(batch), "err", err)
+			return false
+		}
+		if n == 0 {
+			break
+		}
 	}
 	p.stats.schedBatch.Store(batch)
 	return true
