@@ -6,6 +6,7 @@
 //	loadrun rss      the agent's resident memory after 10M distinct keys vs right after start
 //	loadrun latency  time from a key's spike to "hot": true in /v1/topk
 //	loadrun all      the four in turn
+//	loadrun pool     the proxy ratios pooled over several runs' logs
 //
 // Every figure is a ratio against a baseline measured in the same run, the median over
 // interleaved rounds: the machine is small and shared, so absolute numbers mean little.
@@ -55,6 +56,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", s.name, s.help)
 	}
 	fmt.Fprintf(w, "  %-8s %s\n", "all", "all four in turn; flags: -quick, -bin")
+	fmt.Fprintf(w, "  %-8s %s\n", "pool", "LOG...: the proxy ratios pooled over the rounds of several proxy runs' logs (their stderr)")
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -68,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return udpSink(ctx, args, stdout)
 	case "naivemap": // the rss comparison, run as its own process
 		return naiveMap(args, stdout)
+	case "pool":
+		return poolLogs(args, stdout)
 	case "all":
 		return runAll(ctx, args, stdout, stderr)
 	case "-h", "-help", "--help", "help":

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// A round's line in the log of `loadrun proxy`:
+//
+//	round 3 -P 16 hotkeyd proxy                map[GET:745157.2 SET:684932.1] rps in 1.601s
+var roundLine = regexp.MustCompile(`^round (\d+) -P (\d+) (.+?)\s+map\[([^\]]*)\] rps in `)
+
+// poolKey is one cell of the pooled table: a target at a pipeline depth, one test.
+type poolKey struct {
+	pipeline int
+	target   string
+	test     string
+}
+
+// poolRatios reads the logs of `loadrun proxy` runs and returns, per cell, the ratio of
+// each round to direct Redis in the same round of the same run, one slice per run, and
+// the cells in the order they first appear.
+func poolRatios(logs []io.Reader) (map[poolKey][][]float64, []poolKey, error) {
+	ratios := map[poolKey][][]float64{}
+	var order []poolKey
+	for run, r := range logs {
+		type roundAt struct{ round, pipeline int }
+		rps := map[roundAt]map[string]map[string]float64{} // target → test → req/s
+		var targets []string
+		sc := bufio.NewScanner(r)
+		for line := 1; sc.Scan(); line++ {
+			m := roundLine.FindStringSubmatch(sc.Text())
+			if m == nil {
+				continue
+			}
+			round, _ := strconv.Atoi(m[1])
+			pl, _ := strconv.Atoi(m[2])
+			at := roundAt{round, pl}
+			if rps[at] == nil {
+				rps[at] = map[string]map[string]float64{}
+			}
+			tests := map[string]float64{}
+			for _, kv := range strings.Fields(m[4]) {
+				test, v, ok := strings.Cut(kv, ":")
+				f, err := strconv.ParseFloat(v, 64)
+				if !ok || err != nil {
+					return nil, nil, fmt.Errorf("log %d, line %d: %q is not TEST:REQUESTS_PER_SECOND", run+1, line, kv)
+				}
+				tests[test] = f
+			}
+			rps[at][m[3]] = tests
+			if !slices.Contains(targets, m[3]) {
+				targets = append(targets, m[3])
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, nil, fmt.Errorf("log %d: %w", run+1, err)
+		}
+		ats := make([]roundAt, 0, len(rps))
+		for at := range rps {
+			ats = append(ats, at)
+		}
+		slices.SortFunc(ats, func(a, b roundAt) int {
+			if a.pipeline != b.pipeline {
+				return a.pipeline - b.pipeline
+			}
+			return a.round - b.round
+		})
+		for _, at := range ats {
+			direct := rps[at]["direct Redis"]
+			for _, target := range targets {
+				for test, v := range rps[at][target] {
+					if direct[test] <= 0 {
+						continue
+					}
+					k := poolKey{at.pipeline, target, test}
+					if _, seen := ratios[k]; !seen {
+						order = append(order, k)
+					}
+					for len(ratios[k]) <= run {
+						ratios[k] = append(ratios[k], nil)
+					}
+					ratios[k][run] = append(ratios[k][run], v/direct[test])
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(order, func(a, b poolKey) int {
+		if a.pipeline != b.pipeline {
+			return a.pipeline - b.pipeline
+		}
+		return strings.Compare(a.test, b.test)
+	})
+	return ratios, order, nil
+}
+
+// poolLogs prints the pooled table of the logs named by args: the median over every
+// round of every run, next to each run's own median.
+func poolLogs(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("pool: name the logs of `loadrun proxy` runs (what it prints to stderr)")
+	}
+	var readers []io.Reader
+	for _, name := range args {
+		f, err := os.Open(name)
+		if err != nil {
+			return fmt.Errorf("pool: %w", err)
+		}
+		defer f.Close()
+		readers = append(readers, f)
+	}
+	ratios, order, err := poolRatios(readers)
+	if err != nil {
+		return fmt.Errorf("pool: %w", err)
+	}
+	if len(order) == 0 {
+		return fmt.Errorf("pool: no round lines in %s", strings.Join(args, ", "))
+	}
+	e := &env{out: stdout}
+	fmt.Fprintf(stdout, "```\ngo run ./cmd/loadrun pool %s\n```\n\n", strings.Join(args, " "))
+	fmt.Fprintf(stdout, "Ratio to direct Redis in the same round, pooled over %d runs: the median over all their rounds, "+
+		"then each run's own median.\n\n", len(readers))
+	var rows [][]string
+	for _, k := range order {
+		if k.target == "direct Redis" {
+			continue
+		}
+		var all []float64
+		var perRun []string
+		for _, rs := range ratios[k] {
+			all = append(all, rs...)
+			if len(rs) == 0 {
+				perRun = append(perRun, "–")
+				continue
+			}
+			perRun = append(perRun, f2(median(rs))+"×")
+		}
+		rows = append(rows, []string{k.target, strconv.Itoa(k.pipeline), k.test, strconv.Itoa(len(all)),
+			"**" + f2(median(all)) + "×**", strings.Join(perRun, ", "),
+			fmt.Sprintf("%.2f–%.2f", quantile(all, 0), quantile(all, 1))})
+	}
+	e.table([]string{"target", "-P", "test", "rounds", "pooled median", "each run's median", "range"}, rows)
+	return nil
+}

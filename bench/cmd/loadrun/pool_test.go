@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const poolRun1 = `building hotkeyd
+round 1 -P 1 direct Redis                 map[GET:100 SET:200] rps in 1.2s
+round 1 -P 1 hotkeyd proxy                map[GET:90 SET:100] rps in 1.3s
+round 2 -P 1 hotkeyd proxy                map[GET:50 SET:200] rps in 2s
+round 2 -P 1 direct Redis                 map[GET:100 SET:100] rps in 1s
+round 1 -P 16 direct Redis                map[GET:1000] rps in 1s
+round 1 -P 16 hotkeyd proxy, multiplex off map[GET:400] rps in 1s
+| a table | that is not a round |
+`
+
+const poolRun2 = `round 1 -P 1 direct Redis map[GET:200 SET:100] rps in 1s
+round 1 -P 1 hotkeyd proxy map[GET:220 SET:80] rps in 1s
+`
+
+func TestPoolRatios(t *testing.T) {
+	ratios, order, err := poolRatios([]io.Reader{strings.NewReader(poolRun1), strings.NewReader(poolRun2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[poolKey][][]float64{
+		{1, "direct Redis", "GET"}:                  {{1, 1}, {1}},
+		{1, "direct Redis", "SET"}:                  {{1, 1}, {1}},
+		{1, "hotkeyd proxy", "GET"}:                 {{0.9, 0.5}, {1.1}},
+		{1, "hotkeyd proxy", "SET"}:                 {{0.5, 2}, {0.8}},
+		{16, "direct Redis", "GET"}:                 {{1}},
+		{16, "hotkeyd proxy, multiplex off", "GET"}: {{0.4}},
+	}
+	if !reflect.DeepEqual(ratios, want) {
+		t.Errorf("poolRatios = %v; want %v", ratios, want)
+	}
+	if len(order) != len(want) || order[0].pipeline != 1 || order[len(order)-1].pipeline != 16 {
+		t.Errorf("order %v; want every cell, -P 1 first", order)
+	}
+
+	dir := t.TempDir()
+	var names []string
+	for i, log := range []string{poolRun1, poolRun2} {
+		name := filepath.Join(dir, "run"+string(rune('1'+i))+".log")
+		if err := os.WriteFile(name, []byte(log), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	var out bytes.Buffer
+	if err := poolLogs(names, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		"| hotkeyd proxy | 1 | GET | 3 | **0.90×** | 0.70×, 1.10× | 0.50–1.10 |",
+		"| hotkeyd proxy, multiplex off | 16 | GET | 1 | **0.40×** | 0.40× | 0.40–0.40 |",
+	} {
+		if !strings.Contains(out.String(), row) {
+			t.Errorf("pool printed no row %q:\n%s", row, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "| direct Redis |") {
+		t.Errorf("pool printed direct Redis, whose ratio is 1 by definition:\n%s", out.String())
+	}
+}
+
+func TestPoolErrors(t *testing.T) {
+	_, _, err := poolRatios([]io.Reader{strings.NewReader("round 1 -P 1 direct Redis map[GET:fast] rps in 1s\n")})
+	if err == nil || !strings.Contains(err.Error(), `log 1, line 1: "GET:fast"`) {
+		t.Errorf("a malformed round line: %v; want an error naming the log, the line and the field", err)
+	}
+	if err := poolLogs(nil, io.Discard); err == nil {
+		t.Error("pool with no logs: nil error")
+	}
+	empty := filepath.Join(t.TempDir(), "empty.log")
+	if err := os.WriteFile(empty, []byte("nothing\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := poolLogs([]string{empty}, io.Discard); err == nil || !strings.Contains(err.Error(), "no round lines") {
+		t.Errorf("pool of a log without rounds: %v; want an error", err)
+	}
+}
