@@ -45,3 +45,9 @@ staticcheck ./...
 
 echo "== go test -race"
 go test -race -timeout 15m "$@" ./...
+
+# bench/ is a module of its own (loadrun and its dependencies stay out of hotkeyd's):
+# its checks, and its tests but the one that runs every load (-short skips it; the
+# benchmarks in docs/BENCHMARKS.md run it in full).
+echo "== bench: go vet, staticcheck, go test -race -short"
+(cd bench && go vet ./... && staticcheck ./... && go test -race -short -timeout 5m ./...)
