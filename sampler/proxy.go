@@ -129,8 +129,8 @@ const proxyBatches = 4
 // client finishes its burst, and the proxy then reads many clients in one turn. Once
 // fewer than half do, the threads run as SCHED_OTHER again, since a client that waits
 // for each command's reply would then wait for the proxy too. Each switch is logged at
-// info level (at most one a minute; the others at debug level), and Stats reports the
-// policy in force.
+// debug level, and at info level the first one and then the policy in force once it has
+// held for a second (or once a minute while it keeps switching); Stats reports it.
 //
 // A Proxy is safe for concurrent use.
 type Proxy struct {

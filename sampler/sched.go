@@ -2,7 +2,6 @@ package sampler
 
 import (
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/internal/threadsched"
@@ -50,12 +49,41 @@ func ParseSchedPolicy(s string) (SchedPolicy, error) {
 const DefaultProxySchedInterval = 20 * time.Millisecond
 
 // schedReapply is how often a policy once set is set again, for the threads the Go
-// runtime started meanwhile (from a thread not switched yet). schedLogEvery is how
-// often at most a switch is logged at info level; the others go to debug level.
+// runtime started meanwhile (from a thread not switched yet). schedSettle and
+// schedLogEvery pace the info-level log: see switchLog.
 const (
 	schedReapply  = time.Second
+	schedSettle   = time.Second
 	schedLogEvery = time.Minute
 )
+
+// switchLog paces the info-level reports of policy switches, each of which is logged
+// at debug level: the first switch is reported at once, later ones once the policy has
+// held for schedSettle, or, while it keeps switching, once per schedLogEvery. So the
+// last report always names the policy in force once it has settled, and a workload at
+// the edge of the thresholds does not flood the log.
+type switchLog struct {
+	pending  int       // switches not reported yet
+	last     time.Time // the last switch
+	reported time.Time // the last report; zero before the first
+}
+
+// switched records a switch at now.
+func (s *switchLog) switched(now time.Time) {
+	s.pending++
+	s.last = now
+}
+
+// report returns how many switches to report at now, 0 when none is due, and counts
+// them as reported.
+func (s *switchLog) report(now time.Time) int {
+	if s.pending == 0 || now.Sub(s.last) < schedSettle && !s.reported.IsZero() && now.Sub(s.reported) < schedLogEvery {
+		return 0
+	}
+	n := s.pending
+	s.pending, s.reported = 0, now
+	return n
+}
 
 // How SchedAuto decides, from the client reads of one interval that carried commands:
 // a read is deep when it carried at least deepRead commands. Batch once at least
@@ -115,7 +143,7 @@ func (p *Proxy) scheduler() {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var reads, deep uint64
-	var logged time.Time // the last switch logged at info level
+	var log switchLog
 	least := uint64(max(1, minReadRate*every.Seconds()))
 	reapply := max(1, int(schedReapply/every))
 	apply := batch
@@ -139,16 +167,16 @@ func (p *Proxy) scheduler() {
 		r, d := p.stats.reads.Load(), p.stats.deepReads.Load()
 		dr, dd := r-reads, d-deep
 		reads, deep = r, d
+		now := time.Now()
 		if next := nextBatch(batch, dr, dd, least); next != batch {
 			batch, apply = next, true
-			level := slog.LevelInfo
-			if now := time.Now(); now.Sub(logged) < schedLogEvery {
-				level = slog.LevelDebug // switching often: the metric shows it
-			} else {
-				logged = now
-			}
-			p.log.Log(p.ctx, level, "proxy: the clients' pipelining changed the threads' scheduling policy",
+			log.switched(now)
+			p.log.Debug("proxy: the clients' pipelining switched the threads' scheduling policy",
 				"policy", policyOf(batch), "client_reads", dr, "reads_with_4_or_more_commands", dd, "in", every)
+		}
+		if n := log.report(now); n > 0 {
+			p.log.Info("proxy: the clients' pipelining set the threads' scheduling policy",
+				"policy", policyOf(batch), "switches", n, "client_reads", dr, "reads_with_4_or_more_commands", dd, "in", every)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package sampler
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestNextBatch(t *testing.T) {
@@ -47,5 +48,44 @@ func TestCountRead(t *testing.T) {
 	}
 	if r, d := s.reads.Load(), s.deepReads.Load(); r != 5 || d != 2 {
 		t.Errorf("after reads of 1, 3, 4, 16 and 2 commands: %d reads, %d deep; want 5 and 2", r, d)
+	}
+}
+
+func TestSwitchLog(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 19, 30, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	var s switchLog
+	if n := s.report(at(0)); n != 0 {
+		t.Errorf("no switch: report %d; want 0", n)
+	}
+	s.switched(at(0))
+	if n := s.report(at(0)); n != 1 {
+		t.Errorf("the first switch: report %d; want it at once", n)
+	}
+	// Back and forth at the edge of the thresholds: nothing until it settles.
+	s.switched(at(100 * time.Millisecond))
+	s.switched(at(300 * time.Millisecond))
+	s.switched(at(500 * time.Millisecond))
+	for _, d := range []time.Duration{500 * time.Millisecond, 1400 * time.Millisecond} {
+		if n := s.report(at(d)); n != 0 {
+			t.Errorf("at %v, %v after the last switch: report %d; want 0 until it settles", d, d-500*time.Millisecond, n)
+		}
+	}
+	if n := s.report(at(1500 * time.Millisecond)); n != 3 {
+		t.Errorf("settled for %v: report %d; want the 3 switches", schedSettle, n)
+	}
+	if n := s.report(at(5 * time.Second)); n != 0 {
+		t.Errorf("nothing new: report %d; want 0", n)
+	}
+	// Switching without end: one report a minute.
+	reports := 0
+	for d := 10 * time.Second; d < 10*time.Second+3*schedLogEvery; d += 500 * time.Millisecond {
+		s.switched(at(d))
+		if s.report(at(d)) > 0 {
+			reports++
+		}
+	}
+	if reports != 3 {
+		t.Errorf("switching every 500ms for 3 minutes: %d reports; want 3 (one per %v)", reports, schedLogEvery)
 	}
 }
