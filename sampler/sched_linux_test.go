@@ -71,6 +71,25 @@ func threadsAre(t *testing.T, want threadsched.Policy) bool {
 	return true
 }
 
+// schedProxy starts a proxy with policy in front of a Redis of its own.
+func schedProxy(t *testing.T, policy sampler.SchedPolicy, log *slog.Logger) *sampler.Proxy {
+	t.Helper()
+	srv := redistest.Start(t)
+	return startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(),
+		SchedPolicy: policy, SchedInterval: schedInterval, Logger: log})
+}
+
+// closeRestores closes p and checks that the threads run as SCHED_OTHER again.
+func closeRestores(t *testing.T, p *sampler.Proxy) {
+	t.Helper()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Stats().SchedBatch || !threadsAre(t, threadsched.Normal) {
+		t.Error("after Close: threads left as SCHED_BATCH; want SCHED_OTHER")
+	}
+}
+
 // normalProcess checks that the test process runs as SCHED_OTHER and makes it so again
 // when the test ends.
 func normalProcess(t *testing.T) {
@@ -89,9 +108,7 @@ func normalProcess(t *testing.T) {
 // that send one command at a time switch them back, and Close leaves them SCHED_OTHER.
 func TestProxySchedAuto(t *testing.T) {
 	normalProcess(t)
-	srv := redistest.Start(t)
-	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(),
-		SchedPolicy: sampler.SchedAuto, SchedInterval: schedInterval})
+	p := schedProxy(t, sampler.SchedAuto, nil)
 	addr := p.Addr().String()
 
 	stop := schedLoad(t, addr, 4, 1)
@@ -118,28 +135,16 @@ func TestProxySchedAuto(t *testing.T) {
 	stop = schedLoad(t, addr, 4, 16)
 	waitFor(t, "pipelining clients to switch the proxy to SCHED_BATCH again", func() bool { return p.Stats().SchedBatch })
 	stop()
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if p.Stats().SchedBatch || !threadsAre(t, threadsched.Normal) {
-		t.Error("after Close: threads left as SCHED_BATCH; want SCHED_OTHER")
-	}
+	closeRestores(t, p)
 }
 
 // TestProxySchedBatch: SchedBatch holds the threads at SCHED_BATCH while the proxy
 // serves, with no traffic at all, and gives SCHED_OTHER back on Close.
 func TestProxySchedBatch(t *testing.T) {
 	normalProcess(t)
-	srv := redistest.Start(t)
-	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(),
-		SchedPolicy: sampler.SchedBatch, SchedInterval: schedInterval})
+	p := schedProxy(t, sampler.SchedBatch, nil)
 	waitFor(t, "every thread to run as SCHED_BATCH", func() bool { return p.Stats().SchedBatch && threadsAre(t, threadsched.Batch) })
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if p.Stats().SchedBatch || !threadsAre(t, threadsched.Normal) {
-		t.Error("after Close: threads left as SCHED_BATCH; want SCHED_OTHER")
-	}
+	closeRestores(t, p)
 }
 
 // TestProxySchedLeavesChrt: in a process started with another policy (chrt -b), auto
@@ -150,10 +155,7 @@ func TestProxySchedLeavesChrt(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	srv := redistest.Start(t)
-	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(),
-		SchedPolicy: sampler.SchedAuto, SchedInterval: schedInterval,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	p := schedProxy(t, sampler.SchedAuto, slog.New(slog.NewTextHandler(&logs, nil)))
 	waitFor(t, "the proxy to log that it leaves the policy alone", func() bool {
 		return strings.Contains(logs.String(), "already has a scheduling policy")
 	})
