@@ -126,13 +126,18 @@ func (p *Proxy) scheduler() {
 		p.log.Info("proxy: scheduling policies are Linux only; sched_policy does nothing here", "sched_policy", policy)
 		return
 	}
-	if cur, err := threadsched.Current(); err != nil || cur != threadsched.Normal {
+	switch cur, err := threadsched.Current(); {
+	case err != nil:
+		p.log.Warn("proxy: cannot read the scheduling policy; sched_policy does nothing", "sched_policy", policy, "err", err)
+		return
+	case cur != threadsched.Normal:
 		p.log.Info("proxy: the process already has a scheduling policy; sched_policy leaves it alone",
-			"sched_policy", policy, "policy", cur, "err", err)
+			"sched_policy", policy, "policy", cur)
 		return
 	}
 	if policy == SchedAuto && !p.multiplex {
-		return // only the multiplexed clients are counted
+		p.log.Debug("proxy: sched_policy auto watches multiplexed clients only; multiplexing is off")
+		return
 	}
 	batch, touched := policy == SchedBatch, false
 	defer func() {
