@@ -181,8 +181,8 @@ func overview() *Dashboard {
 		unit: "cps", bars: true,
 		targets: []Target{series(`sum by (reason) (rate(`+m("hotkeyd_proxy_pins_total")+`[$__rate_interval]))`, "{{reason}}")}}.build())
 	l.add(24, 5, panel{typ: "timeseries", title: "Proxy threads run as SCHED_BATCH",
-		desc: "1 while an agent's proxy tap runs its threads as SCHED_BATCH (hotkeyd_proxy_sched_batch): with proxy.sched_policy auto, while nine in ten of its clients' reads carry a pipeline of 4 commands or more. A woken tap then lets a running client finish its burst first: less CPU per pipelined request, a little more latency for unpipelined clients of the same tap. 0 otherwise, and with sched_policy off.",
-		unit: "short",
+		desc:    "1 while an agent's proxy tap runs its threads as SCHED_BATCH (hotkeyd_proxy_sched_batch): with proxy.sched_policy auto, while nine in ten of its clients' reads carry a pipeline of 4 commands or more. A woken tap then lets a running client finish its burst first: less CPU per pipelined request, a little more latency for unpipelined clients of the same tap. 0 otherwise, and with sched_policy off.",
+		unit:    "short",
 		targets: []Target{series(`max by (instance) (`+m("hotkeyd_proxy_sched_batch")+`)`, "{{instance}}")}}.build())
 
 	return dashboard("hotkeyd-overview.json", "hotkeyd-overview", "hotkeyd / Overview",
