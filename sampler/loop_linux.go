@@ -14,7 +14,8 @@ import (
 
 // muxLoop is the event loop of the shared upstream connections: one goroutine that
 // waits on epoll for every multiplexed client and for Redis, reads each client's
-// commands, writes all that a turn gathered to Redis in one write per connection, and
+// commands, writes what a turn gathered to Redis in one write per connection (or one
+// per muxFlushAt bytes), and
 // writes each reply straight to its client. Goroutines per client would cost a wake-up
 // and a scheduling round per request and write to Redis in smaller batches; the loop
 // costs one read and one write per request, and one epoll_wait per turn, all of them
@@ -447,7 +448,9 @@ func (l *muxLoop) readClient(c *loopClient) {
 		pin = &l.p.stats.pinTooLarge // a command larger than the buffer
 	}
 	if cmds > 0 {
-		l.p.stats.countRead(cmds)
+		if l.p.sched == SchedAuto {
+			l.p.stats.countRead(cmds)
+		}
 		u := &l.up[c.on]
 		u.out = append(u.out, c.in[:end]...)
 		u.queue.push(c, cmds)

@@ -101,8 +101,9 @@ const proxyBatches = 4
 // not parse, or a command larger than BufferSize pins it: once the shared connection has
 // answered all it sent there, the client gets a connection of its own and from then on
 // its bytes pass both ways untouched, so everything Redis speaks keeps working —
-// pipelining, AUTH and SELECT, blocking commands, MULTI/EXEC, pub/sub, RESP3, MONITOR. What a shared connection changes for a client that is never pinned is only
-// what Redis reports about connections (CLIENT LIST, INFO clients). WAIT and WAITAOF
+// pipelining, AUTH and SELECT, blocking commands, MULTI/EXEC, pub/sub, RESP3, MONITOR.
+// What a shared connection changes for a client that is never pinned is only what Redis
+// reports about connections (CLIENT LIST, INFO clients). WAIT and WAITAOF
 // count the writes a client made on its own connection, not those it made before the
 // pin. A Redis that wants AUTH cannot be shared (the shared connection's PING gets
 // -NOAUTH): then every client gets its own connection, as with ConnPerClient, and the
