@@ -104,24 +104,27 @@ func (p *Proxy) muxLoop() *muxLoop {
 		return nil
 	}
 	p.muxMu.Lock()
-	defer p.muxMu.Unlock()
 	if p.ctx.Err() != nil || time.Now().Before(p.muxRetryAt) {
+		p.muxMu.Unlock()
 		return nil
 	}
-	if p.loop != nil && p.loop.alive() {
+	if l := p.loop; l != nil && l.alive() {
+		p.muxMu.Unlock()
 		// The shared connection was let in when it was opened; a Redis that has wanted
 		// AUTH since still serves it, but must not serve a new client that has not
-		// authenticated. So each new client costs a connection that checks what a new
-		// connection gets now (pooled clients connect once; others can turn
-		// multiplexing off).
-		conn, err := p.openShared(false)
+		// authenticated. So a new client passes only once a connection opened after it
+		// came has been let in without AUTH; clients that come together share that
+		// check (probeGate).
+		ran, err := p.probes.pass(p.checkShareable)
 		if err != nil {
-			p.sharedFailedLocked(err)
+			if ran {
+				p.sharedFailed(err)
+			}
 			return nil
 		}
-		_ = conn.Close()
-		return p.loop
+		return l
 	}
+	defer p.muxMu.Unlock()
 	p.loop = nil
 	l, err := p.startLoop()
 	if err != nil {
@@ -145,6 +148,16 @@ func (p *Proxy) sharedFailedLocked(err error) {
 	p.muxRetryAt = time.Now().Add(muxRetry)
 	p.log.Warn("proxy: cannot share an upstream connection; clients get one each for now",
 		"upstream", p.upstream, "err", err, "retry_in", muxRetry)
+}
+
+// checkShareable opens and closes a connection to Redis: an error when a new connection
+// cannot be shared now (Redis wants AUTH, say).
+func (p *Proxy) checkShareable() error {
+	conn, err := p.openShared(false)
+	if err == nil {
+		_ = conn.Close()
+	}
+	return err
 }
 
 // errNoResp3 is openShared's error when Redis does not speak RESP3 (HELLO 3 fails):

@@ -1275,3 +1275,53 @@ func TestMuxPauseWrite(t *testing.T) {
 		}
 	})
 }
+
+// TestMuxClientsShareAuthCheck: a new client is let in on the shared connection only
+// once a connection opened after it came has been let in without AUTH; clients that come
+// together share that check rather than each dialling Redis in turn. Redis holds every
+// command for 500 ms, so the first client's check waits and the others come meanwhile:
+// they share the next check.
+func TestMuxClientsShareAuthCheck(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	addr := muxProxy(t, srv, false, 0).Addr().String()
+	muxDial(t, addr).expect(t, "+PONG\r\n", "PING") // the loop and its connections are up
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	before := commandCalls(t, direct)["ping"] // each check is a PING on a new connection
+
+	if err := direct.Do(ctx, "CLIENT", "PAUSE", "500", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const clients = 20
+	errs := make(chan error, clients)
+	for i := range clients {
+		go func() {
+			errs <- func() error {
+				c, err := muxDialErr(addr)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				key := fmt.Sprintf("share:%d", i)
+				if _, err := io.WriteString(c, muxCmd("SET", key, "v")+muxCmd("GET", key)); err != nil {
+					return err
+				}
+				for _, want := range []string{muxOK, muxBulk("v")} {
+					if got, err := muxReadReply(c.r); err != nil || got != want {
+						return fmt.Errorf("client %d: got %q, %v; want %q", i, muxShort(got), err, want)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if checks := commandCalls(t, direct)["ping"] - before; checks < 1 || checks > clients/2 {
+		t.Errorf("checks for %d clients that came together: %d; want 1 to %d", clients, checks, clients/2)
+	}
+}

@@ -155,6 +155,7 @@ type Proxy struct {
 	muxMu      sync.Mutex // guards loop and muxRetryAt
 	loop       *muxLoop   // the shared upstream connection's event loop, or nil
 	muxRetryAt time.Time  // no shared connection before then
+	probes     probeGate  // new clients' checks that Redis wants no AUTH
 
 	ctx    context.Context // cancelled by Close; bounds dials
 	cancel context.CancelFunc

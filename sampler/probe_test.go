@@ -1,0 +1,158 @@
+package sampler
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// gateCheck is a check for probeGate tests: each call takes its result from results, in
+// order, and counts itself in calls; started gets the call's number as it begins.
+type gateCheck struct {
+	calls   atomic.Int32
+	started chan int32
+	results chan error
+}
+
+func newGateCheck() *gateCheck {
+	return &gateCheck{started: make(chan int32, 16), results: make(chan error, 16)}
+}
+
+func (c *gateCheck) check() error {
+	c.started <- c.calls.Add(1)
+	return <-c.results
+}
+
+type passResult struct {
+	ran bool
+	err error
+}
+
+// passAsync calls g.pass on a goroutine and returns where its result arrives.
+func passAsync(g *probeGate, c *gateCheck) <-chan passResult {
+	out := make(chan passResult, 1)
+	go func() {
+		ran, err := g.pass(c.check)
+		out <- passResult{ran, err}
+	}()
+	return out
+}
+
+// waitFor polls cond under g.mu until it holds.
+func waitFor(t *testing.T, g *probeGate, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g.mu.Lock()
+		ok := cond()
+		g.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestProbeGateAlone(t *testing.T) {
+	var g probeGate
+	c := newGateCheck()
+	refused := errors.New("NOAUTH")
+	c.results <- refused
+	c.results <- nil
+	if ran, err := g.pass(c.check); !ran || err != refused {
+		t.Fatalf("first client: ran %v, err %v; want true, %v", ran, err, refused)
+	}
+	if ran, err := g.pass(c.check); !ran || err != nil {
+		t.Fatalf("second client, later: ran %v, err %v; want true, nil (a check of its own)", ran, err)
+	}
+	if n := c.calls.Load(); n != 2 {
+		t.Fatalf("checks: %d; want 2", n)
+	}
+}
+
+// TestProbeGateWaitsForALaterCheck: clients that come while a check runs do not take its
+// result (Redis may have started to want AUTH after it began); they share the next one.
+func TestProbeGateWaitsForALaterCheck(t *testing.T) {
+	var g probeGate
+	c := newGateCheck()
+	a := passAsync(&g, c)
+	if n := <-c.started; n != 1 {
+		t.Fatalf("first check's number: %d; want 1", n)
+	}
+
+	const later = 5
+	results := make([]<-chan passResult, later)
+	for i := range results {
+		results[i] = passAsync(&g, c)
+	}
+	waitFor(t, &g, "the later clients wait for the next check", func() bool {
+		return g.queued != nil && g.queued.waiting == later-1
+	})
+
+	c.results <- nil // the first check lets connections in without AUTH...
+	if r := <-a; !r.ran || r.err != nil {
+		t.Fatalf("first client: ran %v, err %v; want true, nil", r.ran, r.err)
+	}
+	if n := <-c.started; n != 2 {
+		t.Fatalf("next check's number: %d; want 2", n)
+	}
+	refused := errors.New("NOAUTH")
+	c.results <- refused // ...the next, which started after they came, does not
+
+	ran := 0
+	for i, ch := range results {
+		r := <-ch
+		if r.err != refused {
+			t.Errorf("later client %d: err %v; want %v, the next check's", i, r.err, refused)
+		}
+		if r.ran {
+			ran++
+		}
+	}
+	if ran != 1 {
+		t.Errorf("later clients that ran the check: %d; want 1", ran)
+	}
+	if n := c.calls.Load(); n != 2 {
+		t.Errorf("checks for %d clients: %d; want 2", later+1, n)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.running != nil || g.queued != nil {
+		t.Errorf("after the checks: running %v, queued %v; want none", g.running, g.queued)
+	}
+}
+
+// TestProbeGateMany runs many clients at once under the race detector: every one gets a
+// check's result, and each check is run by exactly one of them.
+func TestProbeGateMany(t *testing.T) {
+	var g probeGate
+	var calls atomic.Int32
+	check := func() error {
+		calls.Add(1)
+		time.Sleep(time.Millisecond)
+		return nil
+	}
+	const clients = 200
+	var wg sync.WaitGroup
+	var ran atomic.Int32
+	for range clients {
+		wg.Go(func() {
+			r, err := g.pass(check)
+			if err != nil {
+				t.Errorf("pass: %v", err)
+			}
+			if r {
+				ran.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n, r := calls.Load(), ran.Load(); n != r || n < 1 || n > clients {
+		t.Fatalf("checks %d, clients that ran one %d; want the same, 1..%d", n, r, clients)
+	}
+}
