@@ -56,7 +56,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", s.name, s.help)
 	}
 	fmt.Fprintf(w, "  %-8s %s\n", "all", "all four in turn; flags: -quick, -bin")
-	fmt.Fprintf(w, "  %-8s %s\n", "pool", "LOG...: the proxy ratios pooled over the rounds of several proxy runs' logs (their stderr)")
+	fmt.Fprintf(w, "  %-8s %s\n", "pool", "[-after] LOG...: the proxy ratios pooled over the rounds of several proxy runs' logs (their stderr)")
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "naivemap": // the rss comparison, run as its own process
 		return naiveMap(args, stdout)
 	case "pool":
-		return poolLogs(args, stdout)
+		return poolLogs(args, stdout, stderr)
 	case "all":
 		return runAll(ctx, args, stdout, stderr)
 	case "-h", "-help", "--help", "help":

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -23,15 +25,25 @@ type poolKey struct {
 	test     string
 }
 
-// poolRatios reads the logs of `loadrun proxy` runs and returns, per cell, the ratio of
-// each round to direct Redis in the same round of the same run, one slice per run, and
-// the cells in the order they first appear.
-func poolRatios(logs []io.Reader) (map[poolKey][][]float64, []poolKey, error) {
-	ratios := map[poolKey][][]float64{}
-	var order []poolKey
+// pooled is what poolRatios reads from the logs of `loadrun proxy` runs.
+type pooled struct {
+	// ratios holds, per cell, the ratio of each round to direct Redis in the same round
+	// of the same run, one slice per run.
+	ratios map[poolKey][][]float64
+	// after holds the same ratios by the target that ran just before in the same round
+	// and phase (-P), "" for the first, which ran right after the last phase.
+	after map[poolKey]map[string][]float64
+	order []poolKey // the cells, -P 1 first, each in the order it first appeared
+}
+
+// poolRatios reads the logs of `loadrun proxy` runs.
+func poolRatios(logs []io.Reader) (pooled, error) {
+	p := pooled{ratios: map[poolKey][][]float64{}, after: map[poolKey]map[string][]float64{}}
 	for run, r := range logs {
 		type roundAt struct{ round, pipeline int }
 		rps := map[roundAt]map[string]map[string]float64{} // target → test → req/s
+		last := map[roundAt]string{}                       // the target of the last line
+		before := map[roundAt]map[string]string{}          // target → the one that ran before
 		var targets []string
 		sc := bufio.NewScanner(r)
 		for line := 1; sc.Scan(); line++ {
@@ -44,13 +56,15 @@ func poolRatios(logs []io.Reader) (map[poolKey][][]float64, []poolKey, error) {
 			at := roundAt{round, pl}
 			if rps[at] == nil {
 				rps[at] = map[string]map[string]float64{}
+				before[at] = map[string]string{}
 			}
+			before[at][m[3]], last[at] = last[at], m[3]
 			tests := map[string]float64{}
 			for _, kv := range strings.Fields(m[4]) {
 				test, v, ok := strings.Cut(kv, ":")
 				f, err := strconv.ParseFloat(v, 64)
 				if !ok || err != nil {
-					return nil, nil, fmt.Errorf("log %d, line %d: %q is not TEST:REQUESTS_PER_SECOND", run+1, line, kv)
+					return pooled{}, fmt.Errorf("log %d, line %d: %q is not TEST:REQUESTS_PER_SECOND", run+1, line, kv)
 				}
 				tests[test] = f
 			}
@@ -60,7 +74,7 @@ func poolRatios(logs []io.Reader) (map[poolKey][][]float64, []poolKey, error) {
 			}
 		}
 		if err := sc.Err(); err != nil {
-			return nil, nil, fmt.Errorf("log %d: %w", run+1, err)
+			return pooled{}, fmt.Errorf("log %d: %w", run+1, err)
 		}
 		ats := make([]roundAt, 0, len(rps))
 		for at := range rps {
@@ -80,34 +94,46 @@ func poolRatios(logs []io.Reader) (map[poolKey][][]float64, []poolKey, error) {
 						continue
 					}
 					k := poolKey{at.pipeline, target, test}
-					if _, seen := ratios[k]; !seen {
-						order = append(order, k)
+					if _, seen := p.ratios[k]; !seen {
+						p.order = append(p.order, k)
+						p.after[k] = map[string][]float64{}
 					}
-					for len(ratios[k]) <= run {
-						ratios[k] = append(ratios[k], nil)
+					for len(p.ratios[k]) <= run {
+						p.ratios[k] = append(p.ratios[k], nil)
 					}
-					ratios[k][run] = append(ratios[k][run], v/direct[test])
+					ratio := v / direct[test]
+					p.ratios[k][run] = append(p.ratios[k][run], ratio)
+					prev := before[at][target]
+					p.after[k][prev] = append(p.after[k][prev], ratio)
 				}
 			}
 		}
 	}
-	slices.SortStableFunc(order, func(a, b poolKey) int {
+	slices.SortStableFunc(p.order, func(a, b poolKey) int {
 		if a.pipeline != b.pipeline {
 			return a.pipeline - b.pipeline
 		}
 		return strings.Compare(a.test, b.test)
 	})
-	return ratios, order, nil
+	return p, nil
 }
 
 // poolLogs prints the pooled table of the logs named by args: the median over every
-// round of every run, next to each run's own median.
-func poolLogs(args []string, stdout io.Writer) error {
-	if len(args) == 0 {
+// round of every run, next to each run's own median; with -after, also the medians by
+// the target that ran just before.
+func poolLogs(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pool", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	after := fs.Bool("after", false, "also split each cell by the target that ran just before it in its round and phase")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	names := fs.Args()
+	if len(names) == 0 {
 		return fmt.Errorf("pool: name the logs of `loadrun proxy` runs (what it prints to stderr)")
 	}
 	var readers []io.Reader
-	for _, name := range args {
+	for _, name := range names {
 		f, err := os.Open(name)
 		if err != nil {
 			return fmt.Errorf("pool: %w", err)
@@ -115,25 +141,25 @@ func poolLogs(args []string, stdout io.Writer) error {
 		defer f.Close()
 		readers = append(readers, f)
 	}
-	ratios, order, err := poolRatios(readers)
+	p, err := poolRatios(readers)
 	if err != nil {
 		return fmt.Errorf("pool: %w", err)
 	}
-	if len(order) == 0 {
-		return fmt.Errorf("pool: no round lines in %s", strings.Join(args, ", "))
+	if len(p.order) == 0 {
+		return fmt.Errorf("pool: no round lines in %s", strings.Join(names, ", "))
 	}
 	e := &env{out: stdout}
 	fmt.Fprintf(stdout, "```\ngo run ./cmd/loadrun pool %s\n```\n\n", strings.Join(args, " "))
 	fmt.Fprintf(stdout, "Ratio to direct Redis in the same round, pooled over %d runs: the median over all their rounds, "+
 		"then each run's own median.\n\n", len(readers))
 	var rows [][]string
-	for _, k := range order {
+	for _, k := range p.order {
 		if k.target == "direct Redis" {
 			continue
 		}
 		var all []float64
 		var perRun []string
-		for _, rs := range ratios[k] {
+		for _, rs := range p.ratios[k] {
 			all = append(all, rs...)
 			if len(rs) == 0 {
 				perRun = append(perRun, "–")
@@ -146,5 +172,31 @@ func poolLogs(args []string, stdout io.Writer) error {
 			fmt.Sprintf("%.2f–%.2f", quantile(all, 0), quantile(all, 1))})
 	}
 	e.table([]string{"target", "-P", "test", "rounds", "pooled median", "each run's median", "range"}, rows)
+	if *after {
+		fmt.Fprintf(stdout, "\nThe same ratios by the target that ran just before, in the same round and phase "+
+			"(first: right after the previous phase).\n\n")
+		e.table([]string{"target", "-P", "test", "ran after", "rounds", "median"}, p.afterRows())
+	}
 	return nil
+}
+
+// afterRows is the table of the ratios by the target that ran before.
+func (p pooled) afterRows() [][]string {
+	var rows [][]string
+	for _, k := range p.order {
+		if k.target == "direct Redis" {
+			continue
+		}
+		prevs := slices.Sorted(maps.Keys(p.after[k]))
+		for _, prev := range prevs {
+			rs := p.after[k][prev]
+			name := prev
+			if name == "" {
+				name = "(first)"
+			}
+			rows = append(rows, []string{k.target, strconv.Itoa(k.pipeline), k.test, name,
+				strconv.Itoa(len(rs)), f2(median(rs)) + "×"})
+		}
+	}
+	return rows
 }

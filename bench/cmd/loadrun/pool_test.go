@@ -25,10 +25,11 @@ round 1 -P 1 hotkeyd proxy map[GET:220 SET:80] rps in 1s
 `
 
 func TestPoolRatios(t *testing.T) {
-	ratios, order, err := poolRatios([]io.Reader{strings.NewReader(poolRun1), strings.NewReader(poolRun2)})
+	p, err := poolRatios([]io.Reader{strings.NewReader(poolRun1), strings.NewReader(poolRun2)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ratios, order := p.ratios, p.order
 	want := map[poolKey][][]float64{
 		{1, "direct Redis", "GET"}:                  {{1, 1}, {1}},
 		{1, "direct Redis", "SET"}:                  {{1, 1}, {1}},
@@ -43,6 +44,17 @@ func TestPoolRatios(t *testing.T) {
 	if len(order) != len(want) || order[0].pipeline != 1 || order[len(order)-1].pipeline != 16 {
 		t.Errorf("order %v; want every cell, -P 1 first", order)
 	}
+	wantAfter := map[poolKey]map[string][]float64{
+		{1, "direct Redis", "GET"}:                  {"": {1, 1}, "hotkeyd proxy": {1}},
+		{1, "direct Redis", "SET"}:                  {"": {1, 1}, "hotkeyd proxy": {1}},
+		{1, "hotkeyd proxy", "GET"}:                 {"direct Redis": {0.9, 1.1}, "": {0.5}},
+		{1, "hotkeyd proxy", "SET"}:                 {"direct Redis": {0.5, 0.8}, "": {2}},
+		{16, "direct Redis", "GET"}:                 {"": {1}},
+		{16, "hotkeyd proxy, multiplex off", "GET"}: {"direct Redis": {0.4}},
+	}
+	if !reflect.DeepEqual(p.after, wantAfter) {
+		t.Errorf("by the target before: %v; want %v", p.after, wantAfter)
+	}
 
 	dir := t.TempDir()
 	var names []string
@@ -54,8 +66,23 @@ func TestPoolRatios(t *testing.T) {
 		names = append(names, name)
 	}
 	var out bytes.Buffer
-	if err := poolLogs(names, &out); err != nil {
+	if err := poolLogs(names, &out, io.Discard); err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "ran after") {
+		t.Errorf("pool without -after printed the table by the target before:\n%s", out.String())
+	}
+	var byBefore bytes.Buffer
+	if err := poolLogs(append([]string{"-after"}, names...), &byBefore, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		"| hotkeyd proxy | 1 | GET | direct Redis | 2 | 1.00× |",
+		"| hotkeyd proxy | 1 | SET | (first) | 1 | 2.00× |",
+	} {
+		if !strings.Contains(byBefore.String(), row) {
+			t.Errorf("pool -after printed no row %q:\n%s", row, byBefore.String())
+		}
 	}
 	for _, row := range []string{
 		"| hotkeyd proxy | 1 | GET | 3 | **0.90×** | 0.70×, 1.10× | 0.50–1.10 |",
@@ -71,18 +98,21 @@ func TestPoolRatios(t *testing.T) {
 }
 
 func TestPoolErrors(t *testing.T) {
-	_, _, err := poolRatios([]io.Reader{strings.NewReader("round 1 -P 1 direct Redis map[GET:fast] rps in 1s\n")})
+	_, err := poolRatios([]io.Reader{strings.NewReader("round 1 -P 1 direct Redis map[GET:fast] rps in 1s\n")})
 	if err == nil || !strings.Contains(err.Error(), `log 1, line 1: "GET:fast"`) {
 		t.Errorf("a malformed round line: %v; want an error naming the log, the line and the field", err)
 	}
-	if err := poolLogs(nil, io.Discard); err == nil {
+	if err := poolLogs(nil, io.Discard, io.Discard); err == nil {
 		t.Error("pool with no logs: nil error")
+	}
+	if err := poolLogs([]string{"-before", "run1.log"}, io.Discard, io.Discard); err == nil {
+		t.Error("pool -before (no such flag): nil error")
 	}
 	empty := filepath.Join(t.TempDir(), "empty.log")
 	if err := os.WriteFile(empty, []byte("nothing\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := poolLogs([]string{empty}, io.Discard); err == nil || !strings.Contains(err.Error(), "no round lines") {
+	if err := poolLogs([]string{empty}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "no round lines") {
 		t.Errorf("pool of a log without rounds: %v; want an error", err)
 	}
 }
