@@ -105,9 +105,11 @@ const proxyBatches = 4
 // What a shared connection changes for a client that is never pinned is only what Redis
 // reports about connections (CLIENT LIST, INFO clients). WAIT and WAITAOF
 // count the writes a client made on its own connection, not those it made before the
-// pin. A Redis that wants AUTH cannot be shared (the shared connection's PING gets
-// -NOAUTH): then every client gets its own connection, as with ConnPerClient, and the
-// proxy tries sharing again after a while. When the shared connection fails, the
+// pin. A Redis that wants AUTH cannot be shared: a new client goes on the shared
+// connection only once a connection opened after it came has had +PONG, not -NOAUTH, to
+// a PING (clients that connect together share that check); otherwise every client gets
+// its own connection, as with ConnPerClient, and the proxy tries sharing again after a
+// while. When the shared connection fails, the
 // clients it owed replies are disconnected (those replies are lost, as they would be
 // with a direct connection) and the others go on over a new one.
 //
