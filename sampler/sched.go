@@ -66,12 +66,18 @@ type switchLog struct {
 	pending  int       // switches not reported yet
 	last     time.Time // the last switch
 	reported time.Time // the last report; zero before the first
+	// The client reads, and those with deepRead commands or more, of the interval that
+	// made the last switch: what a report gives as the reason, rather than the reads of
+	// the interval it is made in (none, once the clients have gone quiet).
+	reads, deep uint64
 }
 
-// switched records a switch at now.
-func (s *switchLog) switched(now time.Time) {
+// switched records a switch at now, made by an interval of reads client reads, deep of
+// them deep.
+func (s *switchLog) switched(now time.Time, reads, deep uint64) {
 	s.pending++
 	s.last = now
+	s.reads, s.deep = reads, deep
 }
 
 // report returns how many switches to report at now, 0 when none is due, and counts
@@ -175,13 +181,13 @@ func (p *Proxy) scheduler() {
 		now := time.Now()
 		if next := nextBatch(batch, dr, dd, least); next != batch {
 			batch, apply = next, true
-			log.switched(now)
+			log.switched(now, dr, dd)
 			p.log.Debug("proxy: the clients' pipelining switched the threads' scheduling policy",
 				"policy", policyOf(batch), "client_reads", dr, "reads_with_4_or_more_commands", dd, "in", every)
 		}
 		if n := log.report(now); n > 0 {
 			p.log.Info("proxy: the clients' pipelining set the threads' scheduling policy",
-				"policy", policyOf(batch), "switches", n, "client_reads", dr, "reads_with_4_or_more_commands", dd, "in", every)
+				"policy", policyOf(batch), "switches", n, "client_reads", log.reads, "reads_with_4_or_more_commands", log.deep, "in", every)
 		}
 	}
 }

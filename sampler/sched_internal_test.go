@@ -58,21 +58,22 @@ func TestSwitchLog(t *testing.T) {
 	if n := s.report(at(0)); n != 0 {
 		t.Errorf("no switch: report %d; want 0", n)
 	}
-	s.switched(at(0))
+	s.switched(at(0), 400, 400)
 	if n := s.report(at(0)); n != 1 {
 		t.Errorf("the first switch: report %d; want it at once", n)
 	}
 	// Back and forth at the edge of the thresholds: nothing until it settles.
-	s.switched(at(100 * time.Millisecond))
-	s.switched(at(300 * time.Millisecond))
-	s.switched(at(500 * time.Millisecond))
+	s.switched(at(100*time.Millisecond), 300, 100)
+	s.switched(at(300*time.Millisecond), 300, 280)
+	s.switched(at(500*time.Millisecond), 200, 50)
 	for _, d := range []time.Duration{500 * time.Millisecond, 1400 * time.Millisecond} {
 		if n := s.report(at(d)); n != 0 {
 			t.Errorf("at %v, %v after the last switch: report %d; want 0 until it settles", d, d-500*time.Millisecond, n)
 		}
 	}
-	if n := s.report(at(1500 * time.Millisecond)); n != 3 {
-		t.Errorf("settled for %v: report %d; want the 3 switches", schedSettle, n)
+	if n := s.report(at(1500 * time.Millisecond)); n != 3 || s.reads != 200 || s.deep != 50 {
+		t.Errorf("settled for %v: report %d with %d reads, %d deep; want the 3 switches, with the last one's 200 and 50",
+			schedSettle, n, s.reads, s.deep)
 	}
 	if n := s.report(at(5 * time.Second)); n != 0 {
 		t.Errorf("nothing new: report %d; want 0", n)
@@ -80,7 +81,7 @@ func TestSwitchLog(t *testing.T) {
 	// Switching without end: one report a minute.
 	reports := 0
 	for d := 10 * time.Second; d < 10*time.Second+3*schedLogEvery; d += 500 * time.Millisecond {
-		s.switched(at(d))
+		s.switched(at(d), 100, 50)
 		if s.report(at(d)) > 0 {
 			reports++
 		}
