@@ -109,9 +109,9 @@ const proxyBatches = 4
 // connection only once a connection opened after it came has had +PONG, not -NOAUTH, to
 // a PING (clients that connect together share that check); otherwise every client gets
 // its own connection, as with ConnPerClient, and the proxy tries sharing again after a
-// while. When the shared connection fails, the
-// clients it owed replies are disconnected (those replies are lost, as they would be
-// with a direct connection) and the others go on over a new one.
+// while. When the shared connection fails, the clients it owed replies are disconnected
+// (those replies are lost, as they would be with a direct connection) and the others go
+// on over a new one.
 //
 // A client on a connection of its own has two goroutines, one per direction. The
 // client-to-server one writes what it read upstream first and only then parses its copy,

@@ -168,7 +168,7 @@ func poolLogs(args []string, stdout, stderr io.Writer) error {
 			perRun = append(perRun, f2(median(rs))+"×")
 		}
 		rows = append(rows, []string{k.target, strconv.Itoa(k.pipeline), k.test, strconv.Itoa(len(all)),
-			"**" + f2(median(all)) + "×**", strings.Join(perRun, ", "),
+			"**" + f3(median(all)) + "×**", strings.Join(perRun, ", "),
 			fmt.Sprintf("%.2f–%.2f", quantile(all, 0), quantile(all, 1))})
 	}
 	e.table([]string{"target", "-P", "test", "rounds", "pooled median", "each run's median", "range"}, rows)

@@ -85,8 +85,8 @@ func TestPoolRatios(t *testing.T) {
 		}
 	}
 	for _, row := range []string{
-		"| hotkeyd proxy | 1 | GET | 3 | **0.90×** | 0.70×, 1.10× | 0.50–1.10 |",
-		"| hotkeyd proxy, multiplex off | 16 | GET | 1 | **0.40×** | 0.40× | 0.40–0.40 |",
+		"| hotkeyd proxy | 1 | GET | 3 | **0.900×** | 0.70×, 1.10× | 0.50–1.10 |",
+		"| hotkeyd proxy, multiplex off | 16 | GET | 1 | **0.400×** | 0.40× | 0.40–0.40 |",
 	} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("pool printed no row %q:\n%s", row, out.String())
