@@ -15,13 +15,13 @@ import (
 // muxLoop is the event loop of the shared upstream connections: one goroutine that
 // waits on epoll for every multiplexed client and for Redis, reads each client's
 // commands, writes what a turn gathered to Redis in one write per connection (or one
-// per muxFlushAt bytes), and
-// writes each reply straight to its client. Goroutines per client would cost a wake-up
-// and a scheduling round per request and write to Redis in smaller batches; the loop
-// costs one read and one write per request, and one epoll_wait per turn, all of them
-// raw system calls (rawio_linux.go); between turns it parks in Go's poller. It owns its
-// clients' sockets (duplicates of the accepted ones, outside Go's poller) until it
-// closes them or hands a pinned client back to a goroutine of its own as a net.Conn.
+// per muxFlushAt bytes), and writes each reply straight to its client. Goroutines
+// per client would cost a wake-up and a scheduling round per request and write to
+// Redis in smaller batches; the loop costs one read and one write per request, and
+// one epoll_wait per turn, all of them raw system calls (rawio_linux.go); between
+// turns it parks in Go's poller. It owns its clients' sockets (duplicates of the
+// accepted ones, outside Go's poller) until it closes them or hands a pinned client
+// back to a goroutine of its own as a net.Conn.
 //
 // There are two shared connections for each protocol, RESP2 and RESP3: one for reads
 // and one for writes, so that a write Redis holds back (CLIENT PAUSE WRITE, during a

@@ -117,7 +117,7 @@ func (p *Proxy) muxLoop() *muxLoop {
 		// check (probeGate).
 		ran, err := p.probes.pass(p.checkShareable)
 		if err != nil {
-			if ran {
+			if ran && p.ctx.Err() == nil { // not a check that Close cut short
 				p.sharedFailed(err)
 			}
 			return nil

@@ -7,8 +7,9 @@ import "sync"
 // client passes only on a check that started after it came, since Redis may have begun
 // to want a password just before: a client that comes while a check runs waits for the
 // next one, which every client that came meanwhile shares. Fifty clients connecting at
-// once cost two checks rather than fifty; one at a time, through a mutex, the checks
-// took 12 ms of redis-benchmark's 22 ms to set up its 50 connections (docs/BENCHMARKS.md).
+// once cost two checks rather than fifty: redis-benchmark set up its 50 connections
+// through the tap in 24–27 ms with a check each, one at a time under a mutex, and in
+// 12.5–13 ms with shared checks; 11.5 ms directly (docs/BENCHMARKS.md).
 type probeGate struct {
 	mu      sync.Mutex
 	running *probeRun // the check under way; nil when none is
