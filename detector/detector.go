@@ -307,7 +307,7 @@ func (d *Detector) Snapshot(now time.Time, ranking, n int) Snapshot {
 	}
 	snap := Snapshot{At: now}
 	snap.Covered, snap.TickSpan = d.Covered(now)
-	hll := hyperloglog.NewNoSparse()
+	var hll *hyperloglog.Sketch // nil while every shard's window is empty
 	var entries []topk.Entry
 	for i := range d.shards {
 		s := &d.shards[i]
@@ -332,10 +332,17 @@ func (d *Detector) Snapshot(now time.Time, ranking, n int) Snapshot {
 			snap.Reads += t[0]
 			snap.Writes += t[1]
 		}
-		_ = s.distinct.MergeInto(hll) // same precision everywhere: cannot fail
+		if !s.distinct.Empty() {
+			if hll == nil {
+				hll = hyperloglog.NewNoSparse()
+			}
+			_ = s.distinct.MergeInto(hll) // same precision everywhere: cannot fail
+		}
 		s.mu.Unlock()
 	}
-	snap.Distinct = hll.Estimate()
+	if hll != nil {
+		snap.Distinct = hll.Estimate()
+	}
 	slices.SortFunc(snap.Keys, func(a, b Key) int {
 		ca, cb := a.Count(ranking), b.Count(ranking)
 		switch {

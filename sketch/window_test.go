@@ -3,6 +3,7 @@ package sketch
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -132,5 +133,84 @@ func TestWindowSum(t *testing.T) {
 		if got, want := s.Estimate(mix(h)), w.Estimate(mix(h)); got != want {
 			t.Errorf("key %d: Sum estimate %d; want the window's %d", h, got, want)
 		}
+	}
+}
+
+// TestWindowAdvanceVisitsWhatItMust checks the ticks' bitmaps, by which Advance visits only
+// the cells the forgotten tick counted in: after every step of random adds (some
+// saturating), advances and resets, each bit is set exactly when its tick's counter is
+// non-zero, and the cells equal those of a window advanced by scanning every cell.
+func TestWindowAdvanceVisitsWhatItMust(t *testing.T) {
+	for _, ticks := range []int{1, 3, 10, 16} {
+		w, _ := NewWindow(WindowOptions{Options: Options{Width: 128, Depth: 3}, Ticks: ticks})
+		ref, _ := NewWindow(WindowOptions{Options: Options{Width: 128, Depth: 3}, Ticks: ticks})
+		r := rand.New(rand.NewPCG(uint64(ticks), 9))
+		for step := range 2_000 {
+			switch op := r.IntN(100); {
+			case op < 80:
+				h, n := mix(r.Uint64N(500)), uint32(r.IntN(4))
+				if r.IntN(50) == 0 {
+					n = math.MaxUint32 - 1 // saturates what it meets
+				}
+				w.Add(h, n)
+				ref.Add(h, n)
+			case op < 99:
+				w.Advance()
+				advanceByScan(ref)
+			default:
+				w.Reset()
+				ref.Reset()
+			}
+			if !slices.Equal(w.cells, ref.cells) {
+				t.Fatalf("ticks %d, step %d: cells differ from a full scan's", ticks, step)
+			}
+			for k := range ticks {
+				for cell := range w.width * w.depth {
+					set := w.set[k*w.words+cell>>6]>>(cell&63)&1 == 1
+					if nonzero := w.cells[cell*w.stride+1+k] != 0; set != nonzero {
+						t.Fatalf("ticks %d, step %d, tick %d, cell %d: bit %v, counter non-zero %v", ticks, step, k, cell, set, nonzero)
+					}
+				}
+			}
+		}
+	}
+}
+
+// advanceByScan is Advance visiting every cell: the reference for the bitmaps' version.
+func advanceByScan(w *Window) {
+	w.cur = (w.cur + 1) % w.ticks
+	t := 1 + w.cur
+	for g := 0; g < len(w.cells); g += w.stride {
+		if c := w.cells[g+t]; c != 0 {
+			w.cells[g] -= min(c, w.cells[g])
+			w.cells[g+t] = 0
+		}
+	}
+}
+
+// TestDistinctSkipsIdleTicks checks that ticks with no insert leave the estimate alone
+// and that a tick used, forgotten and used again counts only its new keys.
+func TestDistinctSkipsIdleTicks(t *testing.T) {
+	d, _ := NewDistinct(3)
+	if got := d.Estimate(); got != 0 {
+		t.Fatalf("empty: %d; want 0", got)
+	}
+	for i := range 1_000 {
+		d.Insert(mix(uint64(i)))
+	}
+	d.Advance()
+	d.Advance()
+	if got := d.Estimate(); math.Abs(float64(got)-1_000) > 30 {
+		t.Errorf("after two idle ticks: %d; want 1,000 ± 3 %%", got)
+	}
+	d.Advance() // the used tick comes round again and is forgotten
+	if got := d.Estimate(); got != 0 {
+		t.Errorf("after the used tick left: %d; want 0", got)
+	}
+	for i := range 500 {
+		d.Insert(mix(uint64(10_000 + i)))
+	}
+	if got := d.Estimate(); math.Abs(float64(got)-500) > 15 {
+		t.Errorf("reused tick: %d; want 500 ± 3 %%", got)
 	}
 }
