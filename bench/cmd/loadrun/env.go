@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -27,6 +28,7 @@ type env struct {
 	out, log io.Writer
 	tmp      string
 	procs    []*proc
+	cpus     map[string]string // process name → the CPUs it may run on (taskset -c); absent: any
 }
 
 // proc is a started process.
@@ -82,6 +84,7 @@ func (e *env) start(name string, environ []string, argv ...string) (*proc, error
 	if err != nil {
 		return nil, err
 	}
+	argv = pinned(e.cpus[name], argv)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), environ...)
@@ -99,6 +102,25 @@ func (e *env) start(name string, environ []string, argv ...string) (*proc, error
 	e.procs = append(e.procs, p)
 	return p, nil
 }
+
+// pinned returns argv run by taskset on the CPUs in list (taskset execs it, so its pid is
+// the command's), or argv itself when list is empty.
+func pinned(list string, argv []string) []string {
+	if list == "" {
+		return argv
+	}
+	return append([]string{"taskset", "-c", list}, argv...)
+}
+
+// cpuList checks a -*-cpus flag: empty, or a CPU list as taskset -c takes it.
+func cpuList(name, list string) error {
+	if list == "" || cpuListRE.MatchString(list) {
+		return nil
+	}
+	return fmt.Errorf("-%s %q: want a CPU list such as 1 or 0,2-3 (taskset -c), or empty for no pinning", name, list)
+}
+
+var cpuListRE = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
 
 // tail returns the end of a process's log, for error messages.
 func (p *proc) tail() string {

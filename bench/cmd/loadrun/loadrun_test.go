@@ -3,6 +3,7 @@ package main
 import (
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -45,6 +46,23 @@ func TestQuick(t *testing.T) {
 			}
 		})
 	}
+	t.Run("proxy pinned", func(t *testing.T) {
+		for _, tool := range []string{"redis-server", "redis-benchmark", "nutcracker", "taskset"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				t.Skipf("%s not installed (scripts/test.sh installs it)", tool)
+			}
+		}
+		out, err := exec.Command(loadrun, "proxy", "-quick", "-bin", hotkeyd, "-hotkeyd-only",
+			"-client-cpus", "0", "-redis-cpus", "0", "-proxy-cpus", "0").CombinedOutput()
+		if err != nil {
+			t.Fatalf("loadrun proxy -quick, pinned: %v\n%s", err, out)
+		}
+		for _, want := range []string{"-client-cpus=0 ", "\n|---|"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("loadrun proxy -quick, pinned, printed no %q:\n%s", want, out)
+			}
+		}
+	})
 }
 
 func TestMedianQuantile(t *testing.T) {
@@ -63,6 +81,26 @@ func TestMedianQuantile(t *testing.T) {
 		}
 		if got := quantile(tt.xs, 0.9); got != tt.q90 {
 			t.Errorf("quantile(%v, 0.9) = %v; want %v", tt.xs, got, tt.q90)
+		}
+	}
+}
+
+func TestPinning(t *testing.T) {
+	if got := pinned("", []string{"redis-server", "--port", "1"}); !slices.Equal(got, []string{"redis-server", "--port", "1"}) {
+		t.Errorf("no CPUs: %q; want the command as it is", got)
+	}
+	if got := pinned("0,2-3", []string{"redis-server"}); !slices.Equal(got, []string{"taskset", "-c", "0,2-3", "redis-server"}) {
+		t.Errorf("CPUs 0,2-3: %q; want it under taskset -c 0,2-3", got)
+	}
+	for _, ok := range []string{"", "1", "0,1", "0-3", "0,2-3,7"} {
+		if err := cpuList("proxy-cpus", ok); err != nil {
+			t.Errorf("%q: %v; want no error", ok, err)
+		}
+	}
+	for _, bad := range []string{"a", "1,", "-1", "0 1", "1-", "0,,1"} {
+		err := cpuList("proxy-cpus", bad)
+		if err == nil || !strings.Contains(err.Error(), "-proxy-cpus") || !strings.Contains(err.Error(), "CPU list") {
+			t.Errorf("%q: %v; want an error naming -proxy-cpus and what a CPU list is", bad, err)
 		}
 	}
 }

@@ -46,8 +46,18 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 	binB := fs.String("bin-b", "", "a second hotkeyd binary to compare, shown as \"hotkeyd proxy B\" (A/B work on the proxy)")
 	pipes := fs.String("pipelines", "1,16", "redis-benchmark -P values, comma-separated")
 	onlyHK := fs.Bool("hotkeyd-only", false, "skip twemproxy and the proxy with multiplexing off (for quick A/B work on the proxy)")
+	clientCPUs := fs.String("client-cpus", "", "CPUs redis-benchmark runs on (taskset -c list); empty: wherever the scheduler puts it")
+	redisCPUs := fs.String("redis-cpus", "", "CPUs redis-server runs on; empty: any")
+	proxyCPUs := fs.String("proxy-cpus", "", "CPUs every proxy (hotkeyd, twemproxy) runs on; empty: any")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	e.cpus = map[string]string{"redis-benchmark": *clientCPUs, "redis-server": *redisCPUs,
+		"hotkeyd": *proxyCPUs, "nutcracker": *proxyCPUs}
+	for name, list := range map[string]string{"client-cpus": *clientCPUs, "redis-cpus": *redisCPUs, "proxy-cpus": *proxyCPUs} {
+		if err := cpuList(name, list); err != nil {
+			return err
+		}
 	}
 	if *quick {
 		*rounds, *n1, *n16 = 1, 2000, 4000
@@ -60,7 +70,11 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 		}
 		pipelines = append(pipelines, pl)
 	}
-	for _, tool := range []string{"redis-server", "redis-benchmark", "nutcracker"} {
+	tools := []string{"redis-server", "redis-benchmark", "nutcracker"}
+	if *clientCPUs != "" || *redisCPUs != "" || *proxyCPUs != "" {
+		tools = append(tools, "taskset")
+	}
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s not found: run scripts/test.sh once, it installs redis-server, redis-tools and nutcracker", tool)
 		}
@@ -111,7 +125,7 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 
 	// Warm up every path once (connections, page cache of the binaries, Redis' keys).
 	for _, t := range targets {
-		if _, err := redisBenchmark(ctx, t, redis, *clients, 1, min(*n1, 5000), *keyspace, *tests); err != nil {
+		if _, err := redisBenchmark(ctx, t, redis, e.cpus["redis-benchmark"], *clients, 1, min(*n1, 5000), *keyspace, *tests); err != nil {
 			return err
 		}
 	}
@@ -126,7 +140,7 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 			// Rotate the order each round so that no target always runs first or last.
 			for i := range targets {
 				t := targets[(i+r)%len(targets)]
-				res, err := redisBenchmark(ctx, t, redis, *clients, pl, n, *keyspace, *tests)
+				res, err := redisBenchmark(ctx, t, redis, e.cpus["redis-benchmark"], *clients, pl, n, *keyspace, *tests)
 				if err != nil {
 					return err
 				}
@@ -215,16 +229,17 @@ func (e *env) proxyTables(targets []target, results []benchResult, pipelines []i
 	e.table([]string{"target", "-P", "redis-benchmark", "redis-server", "proxy", "total", "total vs direct"}, rows)
 }
 
-// redisBenchmark runs one redis-benchmark against t and measures the CPU time of the
-// benchmark, of Redis and of the proxy.
-func redisBenchmark(ctx context.Context, t target, redis *proc, clients, pipeline, n, keyspace int, tests string) (benchResult, error) {
+// redisBenchmark runs one redis-benchmark against t, on the CPUs in cpus (empty: any),
+// and measures the CPU time of the benchmark, of Redis and of the proxy.
+func redisBenchmark(ctx context.Context, t target, redis *proc, cpus string, clients, pipeline, n, keyspace int, tests string) (benchResult, error) {
 	res := benchResult{rps: map[string]float64{}, p50: map[string]float64{}, p99: map[string]float64{},
 		pipeline: pipeline, target: t.name}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "redis-benchmark", "-h", "127.0.0.1", "-p", strconv.Itoa(t.port),
+	argv := pinned(cpus, []string{"redis-benchmark", "-h", "127.0.0.1", "-p", strconv.Itoa(t.port),
 		"-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "-r", strconv.Itoa(keyspace),
-		"-t", tests, "-P", strconv.Itoa(pipeline), "--csv", "-q")
+		"-t", tests, "-P", strconv.Itoa(pipeline), "--csv", "-q"})
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	r0, err := cpuTime(redis.Pid())
