@@ -29,6 +29,19 @@ type env struct {
 	tmp      string
 	procs    []*proc
 	cpus     map[string]string // process name → the CPUs it may run on (taskset -c); absent: any
+	began    time.Time         // when the run began
+	load     string            // the load average then
+}
+
+// newEnv returns an env that writes tables to out and progress to log, and notes the time
+// and the load average now, before the run adds its own load.
+func newEnv(out, log io.Writer) *env {
+	e := &env{out: out, log: log, began: time.Now()}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		la := strings.Fields(string(b))
+		e.load = strings.Join(la[:min(3, len(la))], " ")
+	}
+	return e
 }
 
 // proc is a started process.
@@ -399,16 +412,13 @@ func commandLine(fs *flag.FlagSet) string {
 	return strings.Join(parts, " ")
 }
 
-// header prints the command line and the machine context above a table.
+// header prints the command line and the machine context above a table: when the run
+// began and ended, and the load average before it.
 func (e *env) header(fs *flag.FlagSet, title string) {
-	load, _ := os.ReadFile("/proc/loadavg")
-	la := strings.Fields(string(load))
-	if len(la) > 3 {
-		la = la[:3]
-	}
 	fmt.Fprintf(e.out, "\n### %s\n\n```\n%s\n```\n\n", title, commandLine(fs))
-	fmt.Fprintf(e.out, "%s, %d CPUs, %s, load average at start %s.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), strings.Join(la, " "))
+	fmt.Fprintf(e.out, "%s to %s, %d CPUs, %s, load average at start %s.\n\n",
+		e.began.UTC().Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04 MST"),
+		runtime.NumCPU(), runtime.Version(), e.load)
 }
 
 // table prints a markdown table.

@@ -3,6 +3,7 @@ package main
 import (
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -43,6 +44,9 @@ func TestQuick(t *testing.T) {
 				if !strings.Contains(string(out), want) {
 					t.Errorf("loadrun %s -quick printed no %q:\n%s", s.name, want, out)
 				}
+			}
+			if !headerRE.Match(out) {
+				t.Errorf("loadrun %s -quick printed no line with when it began and ended and the load before:\n%s", s.name, out)
 			}
 		})
 	}
@@ -104,3 +108,7 @@ func TestPinning(t *testing.T) {
 		}
 	}
 }
+
+// headerRE is the line above each table: when the run began and ended, and the load
+// average before it.
+var headerRE = regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\d \d\d:\d\d to \d\d:\d\d UTC, \d+ CPUs, go[^,]+, load average at start [0-9.]+ [0-9.]+ [0-9.]+\.$`)

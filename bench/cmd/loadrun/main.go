@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	for _, s := range subcommands {
 		if s.name == name {
-			e := &env{out: stdout, log: stderr}
+			e := newEnv(stdout, stderr)
 			defer e.close()
 			return s.run(ctx, e, args)
 		}
@@ -99,7 +99,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	e := &env{out: stdout, log: stderr}
+	e := newEnv(stdout, stderr)
 	defer e.close()
 	if *bin == "" {
 		b, err := e.build(ctx)
@@ -114,7 +114,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if *quick {
 			sub = append(sub, "-quick")
 		}
-		se := &env{out: stdout, log: stderr}
+		se := newEnv(stdout, stderr)
 		err := s.run(ctx, se, sub)
 		se.close()
 		if err != nil {
