@@ -270,7 +270,7 @@ func TestKubernetesSidecar(t *testing.T) {
 		t.Errorf("scrape annotations %v; want port %d and path /metrics", a, httpPort)
 	}
 
-	// Resources from docs/BENCHMARKS.md: 34 MiB resident with 10M keys; request 64 MiB.
+	// Resources from docs/BENCHMARKS.md: 44-46 MiB resident with 10M keys; request 64 MiB.
 	if r := hk.Resources.Requests["memory"]; r != "64Mi" {
 		t.Errorf("memory request %q; want 64Mi", r)
 	}
