@@ -20,7 +20,7 @@ type probeGate struct {
 type probeRun struct {
 	done    chan struct{} // closed when err is set
 	err     error
-	waiting int // clients waiting for it besides the one that runs it
+	waiting int // clients waiting for it besides the one that runs it (tests wait on it)
 }
 
 // pass waits for a check that starts after the call, running it with check when no

@@ -103,14 +103,14 @@ const proxyBatches = 4
 // its bytes pass both ways untouched, so everything Redis speaks keeps working —
 // pipelining, AUTH and SELECT, blocking commands, MULTI/EXEC, pub/sub, RESP3, MONITOR.
 // What a shared connection changes for a client that is never pinned is only what Redis
-// reports about connections (CLIENT LIST, INFO clients). WAIT and WAITAOF count the
-// writes a client made on its own connection, not those it made before the pin. A Redis that wants AUTH cannot be shared: a new client goes on the shared
-// connection only once a connection opened after it came has had +PONG, not -NOAUTH, to
-// a PING (clients that connect together share that check); otherwise every client gets
-// its own connection, as with ConnPerClient, and the proxy tries sharing again after a
-// while. When the shared connection fails, the clients it owed replies are disconnected
-// (those replies are lost, as they would be with a direct connection) and the others go
-// on over a new one.
+// reports about connections (CLIENT LIST, INFO clients). WAIT and WAITAOF count the writes
+// a client made on its own connection, not those it made before the pin. A Redis that
+// wants AUTH cannot be shared: a new client goes on the shared connection only once a
+// connection opened after it came has had +PONG, not -NOAUTH, to a PING (clients that
+// connect together share that check); otherwise every client gets its own connection, as
+// with ConnPerClient, and the proxy tries sharing again after a while. When the shared
+// connection fails, the clients it owed replies are disconnected (those replies are lost,
+// as they would be with a direct connection) and the others go on over a new one.
 //
 // A client on a connection of its own has two goroutines, one per direction. The
 // client-to-server one writes what it read upstream first and only then parses its copy,
