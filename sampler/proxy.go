@@ -130,7 +130,8 @@ const proxyBatches = 4
 // thread of the process runs as SCHED_BATCH, whose woken threads do not preempt: the
 // client finishes its burst, and the proxy then reads many clients in one turn. Once
 // fewer than half do, the threads run as SCHED_OTHER again, since a client that waits
-// for each command's reply would then wait for the proxy too. Each switch is logged at
+// for each command's reply would then wait for the proxy too. After a second without a
+// client read the check sleeps, and the next read wakes it. Each switch is logged at
 // debug level, and at info level the first one and then the policy in force once it has
 // held for a second (or once a minute while it keeps switching); Stats reports it.
 //
@@ -204,6 +205,8 @@ type proxyCounters struct {
 	sharedFailures                        atomic.Uint64
 	reads, deepReads                      atomic.Uint64 // for SchedAuto: see countRead
 	schedBatch                            atomic.Bool
+	schedAsleep                           atomic.Bool   // SchedAuto's check sleeps: see sleepUntilRead
+	schedWake                             chan struct{} // capacity 1: the token of the read that woke it
 }
 
 // Stats returns the proxy's counters now.
@@ -281,6 +284,7 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.logq = math.Log1p(-1 / float64(p.every))
+	p.stats.schedWake = make(chan struct{}, 1)
 	p.dialer.Timeout = defaults.Or(o.DialTimeout, DefaultProxyDialTimeout)
 	p.batches = newProxyBatcher(defaults.Or(o.BatchSize, DefaultProxyBatchSize), p.maxKey)
 	ln, err := net.Listen("tcp", defaults.Or(o.Listen, DefaultProxyListen))

@@ -50,11 +50,13 @@ const DefaultProxySchedInterval = 20 * time.Millisecond
 
 // schedReapply is how often a policy once set is set again, for the threads the Go
 // runtime started meanwhile (from a thread not switched yet). schedSettle and
-// schedLogEvery pace the info-level log: see switchLog.
+// schedLogEvery pace the info-level log: see switchLog. After schedIdleAfter without a
+// client read, SchedAuto's check sleeps until the next read (see sleepUntilRead).
 const (
-	schedReapply  = time.Second
-	schedSettle   = time.Second
-	schedLogEvery = time.Minute
+	schedReapply   = time.Second
+	schedSettle    = time.Second
+	schedLogEvery  = time.Minute
+	schedIdleAfter = time.Second
 )
 
 // switchLog paces the info-level reports of policy switches, each of which is logged
@@ -116,11 +118,42 @@ func nextBatch(batch bool, reads, deep, least uint64) bool {
 	return share >= batchOn
 }
 
-// countRead counts a client read that carried cmds commands, for SchedAuto.
+// countRead counts a client read that carried cmds commands, for SchedAuto, and wakes
+// SchedAuto's check if it sleeps.
 func (s *proxyCounters) countRead(cmds int) {
 	s.reads.Add(1)
 	if cmds >= deepRead {
 		s.deepReads.Add(1)
+	}
+	if s.schedAsleep.Load() && s.schedAsleep.CompareAndSwap(true, false) {
+		select {
+		case s.schedWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sleepUntilRead parks SchedAuto's check until a client reads, given seen, the reads
+// counted at its last look; false once the proxy is closing. A proxy with no traffic
+// then has no timer of its own left: the check alone woke it 50 times a second. Setting
+// schedAsleep before looking at reads again, while countRead counts before looking at
+// schedAsleep, means that a read is either seen here or wakes the sleep: both are
+// sequentially consistent atomics, so one of the two sides sees the other's store.
+func (p *Proxy) sleepUntilRead(seen uint64) bool {
+	s := &p.stats
+	s.schedAsleep.Store(true)
+	if s.reads.Load() != seen {
+		if !s.schedAsleep.CompareAndSwap(true, false) {
+			<-s.schedWake // the read that took the flag sends its token
+		}
+		return true
+	}
+	select {
+	case <-s.schedWake:
+		return true
+	case <-p.ctx.Done():
+		s.schedAsleep.Store(false)
+		return false
 	}
 }
 
@@ -157,6 +190,8 @@ func (p *Proxy) scheduler() {
 	var log switchLog
 	least := uint64(max(1, minReadRate*every.Seconds()))
 	reapply := max(1, int(schedReapply/every))
+	idleAfter := max(1, int(schedIdleAfter/every))
+	quiet := 0 // intervals in a row without a read
 	apply := batch
 	for n := 1; ; n++ {
 		if apply {
@@ -188,6 +223,19 @@ func (p *Proxy) scheduler() {
 		if n := log.report(now); n > 0 {
 			p.log.Info("proxy: the clients' pipelining set the threads' scheduling policy",
 				"policy", policyOf(batch), "switches", n, "client_reads", log.reads, "reads_with_4_or_more_commands", log.deep, "in", every)
+		}
+		quiet++
+		if dr > 0 {
+			quiet = 0
+		}
+		if quiet >= idleAfter && !apply && log.pending == 0 {
+			if !p.sleepUntilRead(reads) {
+				return
+			}
+			// The first interval after it starts at the read that woke it; threads the
+			// runtime started meanwhile get the policy again.
+			quiet, apply = 0, batch
+			t.Reset(every)
 		}
 	}
 }

@@ -138,6 +138,39 @@ func TestProxySchedAuto(t *testing.T) {
 	closeRestores(t, p)
 }
 
+// TestProxySchedSleepsWhileIdle: after a second without client reads, auto's check
+// sleeps; the next read wakes it, and it decides as before, in whichever policy it
+// slept; Close ends a sleeping check and gives SCHED_OTHER back.
+func TestProxySchedSleepsWhileIdle(t *testing.T) {
+	normalProcess(t)
+	p := schedProxy(t, sampler.SchedAuto, nil)
+	addr := p.Addr().String()
+	asleep := func() bool { return sampler.SchedAsleep(p) }
+	waitFor(t, "the check to sleep before any client came", asleep)
+
+	stop := schedLoad(t, addr, 4, 16)
+	waitFor(t, "pipelining clients to wake the check and switch to SCHED_BATCH", func() bool { return p.Stats().SchedBatch })
+	if asleep() {
+		t.Error("clients reading: the check sleeps; want it awake")
+	}
+	stop()
+	waitFor(t, "the check to sleep in SCHED_BATCH", asleep)
+	if !p.Stats().SchedBatch || !threadsAre(t, threadsched.Batch) {
+		t.Error("asleep after pipelining: the policy changed; want SCHED_BATCH kept until reads decide")
+	}
+
+	stop = schedLoad(t, addr, 4, 1)
+	waitFor(t, "unpipelined clients to wake the check and switch back", func() bool { return !p.Stats().SchedBatch })
+	stop()
+	waitFor(t, "the check to sleep in SCHED_OTHER", asleep)
+
+	stop = schedLoad(t, addr, 4, 16)
+	waitFor(t, "pipelining clients to wake it again", func() bool { return p.Stats().SchedBatch })
+	stop()
+	waitFor(t, "the check to sleep again", asleep)
+	closeRestores(t, p)
+}
+
 // TestProxySchedBatch: SchedBatch holds the threads at SCHED_BATCH while the proxy
 // serves, with no traffic at all, and gives SCHED_OTHER back on Close.
 func TestProxySchedBatch(t *testing.T) {
