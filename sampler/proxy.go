@@ -205,8 +205,7 @@ type proxyCounters struct {
 	sharedFailures                        atomic.Uint64
 	reads, deepReads                      atomic.Uint64 // for SchedAuto: see countRead
 	schedBatch                            atomic.Bool
-	schedAsleep                           atomic.Bool   // SchedAuto's check sleeps: see sleepUntilRead
-	schedWake                             chan struct{} // capacity 1: the token of the read that woke it
+	schedIdle                             idleGate // SchedAuto's check sleeps: see sleepUntilRead
 }
 
 // Stats returns the proxy's counters now.
@@ -284,7 +283,7 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.logq = math.Log1p(-1 / float64(p.every))
-	p.stats.schedWake = make(chan struct{}, 1)
+	p.stats.schedIdle = newIdleGate()
 	p.dialer.Timeout = defaults.Or(o.DialTimeout, DefaultProxyDialTimeout)
 	p.batches = newProxyBatcher(defaults.Or(o.BatchSize, DefaultProxyBatchSize), p.maxKey)
 	ln, err := net.Listen("tcp", defaults.Or(o.Listen, DefaultProxyListen))

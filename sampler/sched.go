@@ -125,36 +125,15 @@ func (s *proxyCounters) countRead(cmds int) {
 	if cmds >= deepRead {
 		s.deepReads.Add(1)
 	}
-	if s.schedAsleep.Load() && s.schedAsleep.CompareAndSwap(true, false) {
-		select {
-		case s.schedWake <- struct{}{}:
-		default:
-		}
-	}
+	s.schedIdle.touch()
 }
 
 // sleepUntilRead parks SchedAuto's check until a client reads, given seen, the reads
-// counted at its last look; false once the proxy is closing. A proxy with no traffic
-// then has no timer of its own left: the check alone woke it 50 times a second. Setting
-// schedAsleep before looking at reads again, while countRead counts before looking at
-// schedAsleep, means that a read is either seen here or wakes the sleep: both are
-// sequentially consistent atomics, so one of the two sides sees the other's store.
+// counted at its last look; false once the proxy is closing. Alone, the check woke the
+// process 50 times a second.
 func (p *Proxy) sleepUntilRead(seen uint64) bool {
 	s := &p.stats
-	s.schedAsleep.Store(true)
-	if s.reads.Load() != seen {
-		if !s.schedAsleep.CompareAndSwap(true, false) {
-			<-s.schedWake // the read that took the flag sends its token
-		}
-		return true
-	}
-	select {
-	case <-s.schedWake:
-		return true
-	case <-p.ctx.Done():
-		s.schedAsleep.Store(false)
-		return false
-	}
+	return s.schedIdle.sleep(func() bool { return s.reads.Load() != seen }, p.ctx.Done())
 }
 
 // scheduler applies the Proxy's SchedPolicy until the proxy closes, then gives back

@@ -1,9 +1,7 @@
 package sampler
 
 import (
-	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -90,62 +88,5 @@ func TestSwitchLog(t *testing.T) {
 	}
 	if reports != 3 {
 		t.Errorf("switching every 500ms for 3 minutes: %d reports; want 3 (one per %v)", reports, schedLogEvery)
-	}
-}
-
-// TestSleepUntilRead: a read that comes at any moment around the check's going to sleep
-// either is seen by it or wakes it, and leaves no token behind; Close ends the sleep.
-func TestSleepUntilRead(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &Proxy{ctx: ctx}
-	p.stats.schedWake = make(chan struct{}, 1)
-	s := &p.stats
-	// sleep runs sleepUntilRead(seen) and returns what it did; a sleep that does not end
-	// fails the test rather than hanging it.
-	sleep := func(what string, seen uint64) bool {
-		t.Helper()
-		woke := make(chan bool, 1)
-		go func() { woke <- p.sleepUntilRead(seen) }()
-		select {
-		case ok := <-woke:
-			return ok
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: the check still sleeps after 10 s", what)
-			return false
-		}
-	}
-	awake := func(what string) {
-		t.Helper()
-		if s.schedAsleep.Load() || len(s.schedWake) != 0 {
-			t.Fatalf("%s: asleep %v, %d tokens left; want awake and none", what, s.schedAsleep.Load(), len(s.schedWake))
-		}
-	}
-
-	seen := s.reads.Load()
-	s.countRead(1)
-	if !sleep("a read counted since the last look", seen) {
-		t.Fatal("a read counted since the last look: false with the proxy open; want true")
-	}
-	awake("a read counted since the last look")
-
-	for i := range 20000 {
-		seen := s.reads.Load()
-		var wg sync.WaitGroup
-		wg.Go(func() { s.countRead(1) })
-		if !sleep("a read racing the sleep", seen) {
-			t.Fatalf("round %d: false with the proxy open; want true", i)
-		}
-		wg.Wait()
-		awake("a read racing the sleep")
-	}
-
-	go func() {
-		for !s.schedAsleep.Load() {
-			time.Sleep(time.Millisecond)
-		}
-		cancel()
-	}()
-	if sleep("closing the proxy", s.reads.Load()) {
-		t.Error("closing the proxy: sleepUntilRead returned true; want false")
 	}
 }
