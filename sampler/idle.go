@@ -4,12 +4,12 @@ import "sync/atomic"
 
 // idleGate lets a goroutine that wakes on a timer sleep while it has nothing to do, and
 // wakes it when there is: the goroutines that make its work call touch once the work is
-// in place. A proxy with no traffic then has no timer of its own left running.
+// in place. SchedAuto's check sleeps on one (Proxy.sleepUntilRead).
 //
 // sleep sets asleep before it looks for work, and touch is called after the work is in
-// place and only then looks at asleep. Both are sequentially consistent (atomics, and
-// the locks that guard the work), so one of the two sides sees the other's store: the
-// work is either found by sleep or wakes it, never lost between them.
+// place and only then looks at asleep. Go's atomics are sequentially consistent, so one
+// of the two sides sees the other's store: the work is either found by sleep or wakes
+// it, never lost between them.
 type idleGate struct {
 	asleep atomic.Bool
 	wake   chan struct{} // capacity 1: the token of the touch that took asleep

@@ -158,6 +158,9 @@ func (p *Proxy) scheduler() {
 		return
 	}
 	batch, touched := policy == SchedBatch, false
+	if batch {
+		every = schedReapply // nothing to decide: it only sets the policy again
+	}
 	defer func() {
 		if touched {
 			p.setPolicy(false)
