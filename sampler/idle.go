@@ -47,6 +47,3 @@ func (g *idleGate) sleep(busy func() bool, done <-chan struct{}) bool {
 		return false
 	}
 }
-
-// sleeping reports whether the goroutine sleeps now (or is about to).
-func (g *idleGate) sleeping() bool { return g.asleep.Load() }

@@ -29,8 +29,8 @@ func TestIdleGate(t *testing.T) {
 	}
 	awake := func(what string) {
 		t.Helper()
-		if g.sleeping() || len(g.wake) != 0 {
-			t.Fatalf("%s: asleep %v, %d tokens left; want awake and none", what, g.sleeping(), len(g.wake))
+		if g.asleep.Load() || len(g.wake) != 0 {
+			t.Fatalf("%s: asleep %v, %d tokens left; want awake and none", what, g.asleep.Load(), len(g.wake))
 		}
 	}
 	makeWork := func() {
@@ -60,7 +60,7 @@ func TestIdleGate(t *testing.T) {
 	awake("a touch with nobody asleep")
 
 	go func() {
-		for !g.sleeping() {
+		for !g.asleep.Load() {
 			time.Sleep(time.Millisecond)
 		}
 		close(done)

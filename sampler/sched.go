@@ -206,9 +206,10 @@ func (p *Proxy) scheduler() {
 			p.log.Info("proxy: the clients' pipelining set the threads' scheduling policy",
 				"policy", policyOf(batch), "switches", n, "client_reads", log.reads, "reads_with_4_or_more_commands", log.deep, "in", every)
 		}
-		quiet++
 		if dr > 0 {
 			quiet = 0
+		} else {
+			quiet++
 		}
 		if quiet >= idleAfter && !apply && log.pending == 0 {
 			if !p.sleepUntilRead(reads) {

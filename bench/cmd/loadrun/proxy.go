@@ -76,11 +76,13 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 		tools = append(tools, "taskset")
 	}
 	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil && tool == "taskset" {
-			return errors.New("taskset not found: -client-cpus, -redis-cpus and -proxy-cpus need it (Debian package util-linux)")
-		} else if err != nil {
-			return fmt.Errorf("%s not found: run scripts/test.sh once, it installs redis-server, redis-tools and nutcracker", tool)
+		if _, err := exec.LookPath(tool); err == nil {
+			continue
 		}
+		if tool == "taskset" {
+			return errors.New("taskset not found: -client-cpus, -redis-cpus and -proxy-cpus need it (Debian package util-linux)")
+		}
+		return fmt.Errorf("%s not found: run scripts/test.sh once, it installs redis-server, redis-tools and nutcracker", tool)
 	}
 	hk, err := e.binary(ctx, *bin)
 	if err != nil {
