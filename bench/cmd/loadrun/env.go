@@ -466,6 +466,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 func f0(x float64) string { return strconv.FormatFloat(x, 'f', 0, 64) }
+func f1(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
 func f2(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) }
 func f3(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
 

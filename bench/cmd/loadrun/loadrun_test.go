@@ -112,3 +112,21 @@ func TestPinning(t *testing.T) {
 // headerRE is the line above each table: when the run began and ended, and the load
 // average before it.
 var headerRE = regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\d \d\d:\d\d to \d\d:\d\d UTC, \d+ CPUs, go[^,]+, load average at start [0-9.]+ [0-9.]+ [0-9.]+\.$`)
+
+func TestParseRedisCounters(t *testing.T) {
+	info := "# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:600011\r\n" +
+		"instantaneous_ops_per_sec:0\r\ntotal_reads_processed:98615\r\ntotal_writes_processed:98610\r\n"
+	c, err := parseRedisCounters(info)
+	if err != nil || c.commands != 600011 || c.reads != 98615 {
+		t.Fatalf("parseRedisCounters = %+v, %v; want 600011 commands, 98615 reads", c, err)
+	}
+	if d := c.sub(redisCounters{commands: 11, reads: 15}); d.commands != 600000 || d.reads != 98600 {
+		t.Errorf("sub = %+v", d)
+	}
+	if _, err := parseRedisCounters("# Stats\r\ntotal_commands_processed:5\r\n"); err == nil || !strings.Contains(err.Error(), "total_reads_processed") {
+		t.Errorf("missing counter: err = %v", err)
+	}
+	if _, err := parseRedisCounters("total_commands_processed:x\r\ntotal_reads_processed:1\r\n"); err == nil || !strings.Contains(err.Error(), `"x"`) {
+		t.Errorf("bad number: err = %v", err)
+	}
+}

@@ -30,6 +30,7 @@ type benchResult struct {
 	cpuBench, cpuRedis time.Duration
 	cpuProxy, wall     time.Duration
 	requests           int
+	redis              redisCounters // how much Redis's counters moved
 	pipeline           int
 	target             string
 }
@@ -130,7 +131,7 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 
 	// Warm up every path once (connections, page cache of the binaries, Redis' keys).
 	for _, t := range targets {
-		if _, err := redisBenchmark(ctx, t, redis, e.cpus["redis-benchmark"], *clients, 1, min(*n1, 5000), *keyspace, *tests); err != nil {
+		if _, err := redisBenchmark(ctx, t, redis, rport, e.cpus["redis-benchmark"], *clients, 1, min(*n1, 5000), *keyspace, *tests); err != nil {
 			return err
 		}
 	}
@@ -145,7 +146,7 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 			// Rotate the order each round so that no target always runs first or last.
 			for i := range targets {
 				t := targets[(i+r)%len(targets)]
-				res, err := redisBenchmark(ctx, t, redis, e.cpus["redis-benchmark"], *clients, pl, n, *keyspace, *tests)
+				res, err := redisBenchmark(ctx, t, redis, rport, e.cpus["redis-benchmark"], *clients, pl, n, *keyspace, *tests)
 				if err != nil {
 					return err
 				}
@@ -205,11 +206,12 @@ func (e *env) proxyTables(targets []target, results []benchResult, pipelines []i
 
 	fmt.Fprintf(e.out, "CPU time per request (µs, user+system from /proc/PID/stat and rusage, median over rounds; "+
 		"both tests together). On 2 cores the three processes share 2 s of CPU per second, so "+
-		"the total bounds the throughput when the machine is otherwise idle.\n\n")
+		"the total bounds the throughput when the machine is otherwise idle. The last column is "+
+		"Redis's batch: total_commands_processed ÷ total_reads_processed from INFO stats, median.\n\n")
 	rows = nil
 	for _, pl := range pipelines {
 		for _, t := range targets {
-			var cb, cr, cp, tot, ratio []float64
+			var cb, cr, cp, tot, ratio, batch []float64
 			for r := range rounds {
 				res, base := find(r, pl, t.name), find(r, pl, targets[0].name)
 				if res == nil || base == nil {
@@ -223,20 +225,24 @@ func (e *env) proxyTables(targets []target, results []benchResult, pipelines []i
 				tot = append(tot, total)
 				bt := float64((base.cpuBench + base.cpuRedis).Microseconds()) / float64(base.requests)
 				ratio = append(ratio, total/bt)
+				if res.redis.reads > 0 {
+					batch = append(batch, float64(res.redis.commands)/float64(res.redis.reads))
+				}
 			}
 			proxy := f2(median(cp))
 			if t.proxy == nil {
 				proxy = "–"
 			}
-			rows = append(rows, []string{t.name, strconv.Itoa(pl), f2(median(cb)), f2(median(cr)), proxy, f2(median(tot)), f2(median(ratio)) + "×"})
+			rows = append(rows, []string{t.name, strconv.Itoa(pl), f2(median(cb)), f2(median(cr)), proxy, f2(median(tot)), f2(median(ratio)) + "×", f1(median(batch))})
 		}
 	}
-	e.table([]string{"target", "-P", "redis-benchmark", "redis-server", "proxy", "total", "total vs direct"}, rows)
+	e.table([]string{"target", "-P", "redis-benchmark", "redis-server", "proxy", "total", "total vs direct", "Redis's commands per read"}, rows)
 }
 
 // redisBenchmark runs one redis-benchmark against t, on the CPUs in cpus (empty: any),
-// and measures the CPU time of the benchmark, of Redis and of the proxy.
-func redisBenchmark(ctx context.Context, t target, redis *proc, cpus string, clients, pipeline, n, keyspace int, tests string) (benchResult, error) {
+// and measures the CPU time of the benchmark, of Redis and of the proxy, and how many
+// commands Redis read per read(2) (its batches).
+func redisBenchmark(ctx context.Context, t target, redis *proc, rport int, cpus string, clients, pipeline, n, keyspace int, tests string) (benchResult, error) {
 	res := benchResult{rps: map[string]float64{}, p50: map[string]float64{}, p99: map[string]float64{},
 		pipeline: pipeline, target: t.name}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
@@ -247,6 +253,10 @@ func redisBenchmark(ctx context.Context, t target, redis *proc, cpus string, cli
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	c0, err := readRedisCounters(addr(rport))
+	if err != nil {
+		return res, err
+	}
 	r0, err := cpuTime(redis.Pid())
 	if err != nil {
 		return res, err
@@ -275,6 +285,11 @@ func redisBenchmark(ctx context.Context, t target, redis *proc, cpus string, cli
 		res.cpuProxy = p1 - p0
 	}
 	res.cpuBench = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	c1, err := readRedisCounters(addr(rport))
+	if err != nil {
+		return res, err
+	}
+	res.redis = c1.sub(c0)
 	recs, err := csv.NewReader(&out).ReadAll()
 	if err != nil || len(recs) < 2 {
 		return res, fmt.Errorf("redis-benchmark against %s: CSV %q: %v", t.name, out.String(), err)
