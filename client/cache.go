@@ -140,7 +140,7 @@ type shard struct {
 	bytes int64
 	gen   atomic.Uint64 // bumped (under mu) by every invalidation in the shard
 
-	fmu     sync.Mutex         // guards flights
+	fmu     sync.Mutex         // guards flights; may be held while taking mu, never the reverse
 	flights map[string]*flight // loads in progress, by key
 	_       [40]byte           // keep neighbouring shards' locks off one cache line
 }
@@ -168,6 +168,27 @@ type flight struct {
 	done chan struct{} // closed when val and err are set
 	val  *value
 	err  error
+}
+
+// ended is the done channel of a flight that has already ended.
+var ended = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// fresh returns key's cached value if it is fresh at now (the cache's clock), else nil.
+func (s *shard) fresh(key string, now time.Duration) *value {
+	s.mu.RLock()
+	e := s.m[key]
+	s.mu.RUnlock()
+	if e == nil {
+		return nil
+	}
+	if v := e.val.Load(); v != nil && now < v.soft {
+		return v
+	}
+	return nil
 }
 
 // NewCache validates opts and returns an empty cache.
@@ -380,7 +401,7 @@ func (c *Cache) resolve(ctx context.Context, s *shard, e *entry, v *value, state
 		return v, nil
 	}
 	c.misses.Add(1)
-	f, leader := c.join(ctx, s, key, ttl, load)
+	f, leader := c.join(ctx, s, key, ttl, load, true)
 	if !leader {
 		c.shared.Add(1)
 	}
@@ -400,7 +421,7 @@ func (c *Cache) refresh(ctx context.Context, s *shard, e *entry, ttl time.Durati
 	if c.closed.Load() {
 		return
 	}
-	if _, leader := c.join(ctx, s, e.key, ttl, load); !leader {
+	if _, leader := c.join(ctx, s, e.key, ttl, load, false); !leader {
 		return
 	}
 	c.refreshes.Add(1)
@@ -410,12 +431,22 @@ func (c *Cache) refresh(ctx context.Context, s *shard, e *entry, ttl time.Durati
 }
 
 // join returns the key's load in progress, or starts one; leader reports whether this
-// call started it.
-func (c *Cache) join(ctx context.Context, s *shard, key string, ttl time.Duration, load loader) (f *flight, leader bool) {
+// call started it. A miss that finds no load in progress looks in the cache once more
+// first: it may have looked before the last load stored its value and come here after that
+// load ended, and then it shares that load's value instead of loading again.
+func (c *Cache) join(ctx context.Context, s *shard, key string, ttl time.Duration, load loader, miss bool) (f *flight, leader bool) {
 	s.fmu.Lock()
 	if f := s.flights[key]; f != nil {
 		s.fmu.Unlock()
 		return f, false
+	}
+	if miss {
+		// A load stores its value before it leaves flights (both in its goroutine, the
+		// second under fmu), so the value is visible here once the flight is gone.
+		if v := s.fresh(key, c.since()); v != nil {
+			s.fmu.Unlock()
+			return &flight{done: ended, val: v}, false
+		}
 	}
 	f = &flight{done: make(chan struct{})}
 	s.flights[key] = f

@@ -156,6 +156,36 @@ func TestCacheSingleFlight(t *testing.T) {
 	}
 }
 
+// TestCacheMissAfterLoadEnds: a read that found nothing and then lost the CPU while
+// another caller's load ran to its end shares that load's cached value; it does not load
+// again. The steps are run in that order by hand, so the test does not depend on timing.
+func TestCacheMissAfterLoadEnds(t *testing.T) {
+	c := newTestCache(t, CacheOptions{})
+	var loads atomic.Int32
+	load := func(context.Context) (string, bool, error) {
+		loads.Add(1)
+		return "v", false, nil
+	}
+	ctx := context.Background()
+	s, e, v, state := c.lookup("k", c.now()) // the late reader looks first
+	if state != notFound {
+		t.Fatalf("lookup of an empty cache: state %d; want notFound", state)
+	}
+	if _, err := c.get(ctx, "k", time.Minute, load); err != nil { // another loads and caches
+		t.Fatal(err)
+	}
+	got, err := c.resolve(ctx, s, e, v, state, "k", time.Minute, load)
+	if err != nil || got == nil || got.data != "v" {
+		t.Fatalf("late miss: %+v, %v; want the cached v", got, err)
+	}
+	if n := loads.Load(); n != 1 {
+		t.Errorf("loads %d; want 1: the late miss loaded again", n)
+	}
+	if st := c.Stats(); st.Misses != 2 || st.Shared != 1 {
+		t.Errorf("stats %+v; want Misses 2, Shared 1", st)
+	}
+}
+
 // TestCacheSoftHard walks a value through its life: fresh, stale while a refresh runs,
 // stale-if-error within the hard TTL, and never past it.
 func TestCacheSoftHard(t *testing.T) {
