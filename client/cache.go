@@ -177,11 +177,17 @@ var ended = func() chan struct{} {
 	return ch
 }()
 
-// fresh returns key's cached value if it is fresh at now (the cache's clock), else nil.
-func (s *shard) fresh(key string, now time.Duration) *value {
+// entry returns key's entry, nil when it has none.
+func (s *shard) entry(key string) *entry {
 	s.mu.RLock()
 	e := s.m[key]
 	s.mu.RUnlock()
+	return e
+}
+
+// fresh returns key's cached value if it is fresh at now (the cache's clock), else nil.
+func (s *shard) fresh(key string, now time.Duration) *value {
+	e := s.entry(key)
 	if e == nil {
 		return nil
 	}
@@ -346,9 +352,7 @@ const (
 // loads. The hook calls it first so that a hit costs no closure.
 func (c *Cache) lookup(key string, at time.Time) (*shard, *entry, *value, int) {
 	s := c.shardOf(key)
-	s.mu.RLock()
-	e := s.m[key]
-	s.mu.RUnlock()
+	e := s.entry(key)
 	if e == nil {
 		return s, nil, nil, notFound
 	}
@@ -575,9 +579,7 @@ func (c *Cache) remove(s *shard, e *entry) {
 // invalidation finished).
 func (c *Cache) invalidate(key string) {
 	s := c.shardOf(key)
-	s.mu.RLock()
-	e := s.m[key]
-	s.mu.RUnlock()
+	e := s.entry(key)
 	s.fmu.Lock()
 	f := s.flights[key]
 	if f != nil {
