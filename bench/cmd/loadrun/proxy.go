@@ -94,6 +94,8 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	targets := []target{{name: "direct Redis", port: rport}}
+	bench := benchSetup{redis: redis, port: rport, cpus: e.cpus["redis-benchmark"],
+		clients: *clients, keyspace: *keyspace, tests: *tests}
 
 	startProxy := func(name string, environ []string, hk string) error {
 		port, err := freePort()
@@ -131,7 +133,7 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 
 	// Warm up every path once (connections, page cache of the binaries, Redis' keys).
 	for _, t := range targets {
-		if _, err := redisBenchmark(ctx, t, redis, rport, e.cpus["redis-benchmark"], *clients, 1, min(*n1, 5000), *keyspace, *tests); err != nil {
+		if _, err := bench.run(ctx, t, 1, min(*n1, 5000)); err != nil {
 			return err
 		}
 	}
@@ -146,7 +148,7 @@ func runProxy(ctx context.Context, e *env, args []string) error {
 			// Rotate the order each round so that no target always runs first or last.
 			for i := range targets {
 				t := targets[(i+r)%len(targets)]
-				res, err := redisBenchmark(ctx, t, redis, rport, e.cpus["redis-benchmark"], *clients, pl, n, *keyspace, *tests)
+				res, err := bench.run(ctx, t, pl, n)
 				if err != nil {
 					return err
 				}
@@ -239,25 +241,34 @@ func (e *env) proxyTables(targets []target, results []benchResult, pipelines []i
 	e.table([]string{"target", "-P", "redis-benchmark", "redis-server", "proxy", "total", "total vs direct", "Redis's commands per read"}, rows)
 }
 
-// redisBenchmark runs one redis-benchmark against t, on the CPUs in cpus (empty: any),
-// and measures the CPU time of the benchmark, of Redis and of the proxy, and how many
-// commands Redis read per read(2) (its batches).
-func redisBenchmark(ctx context.Context, t target, redis *proc, rport int, cpus string, clients, pipeline, n, keyspace int, tests string) (benchResult, error) {
+// benchSetup is what every redis-benchmark of a run shares.
+type benchSetup struct {
+	redis             *proc  // the Redis behind every target
+	port              int    // its port, for INFO stats
+	cpus              string // redis-benchmark's CPUs (taskset -c); empty: any
+	clients, keyspace int
+	tests             string
+}
+
+// run runs one redis-benchmark against t with -P pipeline and -n n, and measures the CPU
+// time of the benchmark, of Redis and of the proxy, and how many commands Redis read per
+// read(2) (its batches).
+func (b benchSetup) run(ctx context.Context, t target, pipeline, n int) (benchResult, error) {
 	res := benchResult{rps: map[string]float64{}, p50: map[string]float64{}, p99: map[string]float64{},
 		pipeline: pipeline, target: t.name}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	argv := pinned(cpus, []string{"redis-benchmark", "-h", "127.0.0.1", "-p", strconv.Itoa(t.port),
-		"-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "-r", strconv.Itoa(keyspace),
-		"-t", tests, "-P", strconv.Itoa(pipeline), "--csv", "-q"})
+	argv := pinned(b.cpus, []string{"redis-benchmark", "-h", "127.0.0.1", "-p", strconv.Itoa(t.port),
+		"-c", strconv.Itoa(b.clients), "-n", strconv.Itoa(n), "-r", strconv.Itoa(b.keyspace),
+		"-t", b.tests, "-P", strconv.Itoa(pipeline), "--csv", "-q"})
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	c0, err := readRedisCounters(addr(rport))
+	c0, err := readRedisCounters(addr(b.port))
 	if err != nil {
 		return res, err
 	}
-	r0, err := cpuTime(redis.Pid())
+	r0, err := cpuTime(b.redis.Pid())
 	if err != nil {
 		return res, err
 	}
@@ -272,7 +283,7 @@ func redisBenchmark(ctx context.Context, t target, redis *proc, rport int, cpus 
 		return res, fmt.Errorf("redis-benchmark against %s: %v: %s", t.name, err, errb.String())
 	}
 	res.wall = time.Since(start)
-	r1, err := cpuTime(redis.Pid())
+	r1, err := cpuTime(b.redis.Pid())
 	if err != nil {
 		return res, err
 	}
@@ -285,7 +296,7 @@ func redisBenchmark(ctx context.Context, t target, redis *proc, rport int, cpus 
 		res.cpuProxy = p1 - p0
 	}
 	res.cpuBench = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	c1, err := readRedisCounters(addr(rport))
+	c1, err := readRedisCounters(addr(b.port))
 	if err != nil {
 		return res, err
 	}

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,12 +28,12 @@ func (c redisCounters) sub(o redisCounters) redisCounters {
 func readRedisCounters(address string) (redisCounters, error) {
 	conn, err := net.DialTimeout("tcp", address, 2*time.Second)
 	if err != nil {
-		return redisCounters{}, err
+		return redisCounters{}, fmt.Errorf("INFO stats: %w", err)
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(conn, "INFO stats\r\n"); err != nil {
-		return redisCounters{}, err
+		return redisCounters{}, fmt.Errorf("INFO stats to %s: %w", address, err)
 	}
 	r := bufio.NewReader(conn)
 	head, err := r.ReadString('\n')
@@ -53,7 +55,6 @@ func readRedisCounters(address string) (redisCounters, error) {
 func parseRedisCounters(info string) (redisCounters, error) {
 	var c redisCounters
 	fields := map[string]*int64{"total_commands_processed": &c.commands, "total_reads_processed": &c.reads}
-	found := 0
 	for line := range strings.Lines(info) {
 		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
 		dst := fields[name]
@@ -65,10 +66,11 @@ func parseRedisCounters(info string) (redisCounters, error) {
 			return c, fmt.Errorf("INFO stats: %s: %q is not a number", name, value)
 		}
 		*dst = v
-		found++
+		delete(fields, name)
 	}
-	if found != len(fields) {
-		return c, fmt.Errorf("INFO stats lacks total_commands_processed or total_reads_processed (Redis 6 or later has both)")
+	if len(fields) > 0 { // those not found
+		missing := slices.Sorted(maps.Keys(fields))
+		return c, fmt.Errorf("INFO stats has no %s (Redis 6 or later has both)", strings.Join(missing, " and no "))
 	}
 	return c, nil
 }
