@@ -66,6 +66,7 @@ type loopUpstream struct {
 	out    []byte
 	queue  muxQueue // whose replies come next
 	scan   replyScanner
+	push   bool // scan is in a push, not a reply
 	events uint32
 }
 
@@ -446,6 +447,11 @@ func (l *muxLoop) readClient(c *loopClient) {
 		pin = &l.p.stats.pinMalformed // bytes Redis must judge
 	case pin == nil && c.pending == len(c.in) && end == 0:
 		pin = &l.p.stats.pinTooLarge // a command larger than the buffer
+	case pin == nil && int64(c.pending-end)+ps.bulkRemaining() > int64(len(c.in)):
+		// A bulk string that cannot fit the buffer: pin now rather than once the
+		// buffer is full, so that Redis judges its length at once, as it would on a
+		// connection of its own (a length over proto-max-bulk-len is an error).
+		pin = &l.p.stats.pinTooLarge
 	}
 	if cmds > 0 {
 		if l.p.sched == SchedAuto {
@@ -550,6 +556,19 @@ func (l *muxLoop) readUp(i int) {
 	}
 	data := l.in[:n]
 	for len(data) > 0 {
+		// A RESP3 push (a client-tracking invalidation redirected to this connection's
+		// id, which HELLO reports) answers no command: skip it. No client is subscribed
+		// or tracking here; those are pinned.
+		if u.push || u.scan.between() && data[0] == '>' {
+			k, done := u.scan.scan(data)
+			if u.scan.err != nil {
+				l.upFailed(i, u.scan.err)
+				return
+			}
+			u.push = !done
+			data = data[k:]
+			continue
+		}
 		e, ok := u.queue.front()
 		if !ok {
 			l.upFailed(i, errors.New("a reply no client is waiting for"))
@@ -558,6 +577,9 @@ func (l *muxLoop) readUp(i int) {
 		// c's whole replies in data in one piece, and the start of one that goes on.
 		end, replies := 0, 0
 		for end < len(data) && replies < e.n {
+			if u.scan.between() && data[end] == '>' {
+				break // a push: skipped above
+			}
 			k, done := u.scan.scan(data[end:])
 			if u.scan.err != nil {
 				l.upFailed(i, u.scan.err)
@@ -671,8 +693,8 @@ func (l *muxLoop) handBack(c *loopClient) {
 		p.untrack(pc)
 		return
 	}
-	rest := c.rest
-	if !p.setConn(&pc.client, conn) || !p.goTracked(func() { pc.runOwn(rest) }) {
+	rest, resp3 := c.rest, c.resp3
+	if !p.setConn(&pc.client, conn) || !p.goTracked(func() { pc.runOwn(rest, resp3) }) {
 		_ = conn.Close()
 		p.untrack(pc)
 	}
@@ -698,7 +720,7 @@ func (l *muxLoop) upFailed(i int, err error) {
 		u.queue.pop()
 	}
 	u.out = u.out[:0]
-	u.scan = replyScanner{}
+	u.scan, u.push = replyScanner{}, false
 	l.throttle()
 }
 

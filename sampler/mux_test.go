@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -1324,4 +1325,95 @@ func TestMuxClientsShareAuthCheck(t *testing.T) {
 	if checks := commandCalls(t, direct)["ping"] - before; checks < 1 || checks > clients/2 {
 		t.Errorf("checks for %d clients that came together: %d; want 1 to %d", clients, checks, clients/2)
 	}
+}
+
+// TestMuxResp3Pin: a client that switched to RESP3 with HELLO 3 on the shared connection
+// and is then pinned (here by WATCH, MULTI, CLIENT SETNAME, SUBSCRIBE) must go on
+// speaking RESP3 on its own connection, as it would on a direct one.
+func TestMuxResp3Pin(t *testing.T) {
+	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+		for _, tt := range []struct {
+			name      string
+			pin       []string
+			pinReply  string
+			sameWrite bool // send HELLO 3 and the pinning command in one write
+		}{
+			{"client setname", []string{"CLIENT", "SETNAME", "r3"}, muxOK, false},
+			{"watch", []string{"WATCH", "r3:k"}, muxOK, false},
+			{"select 1", []string{"SELECT", "1"}, muxOK, false},
+			{"same write", []string{"CLIENT", "SETNAME", "r3"}, muxOK, true},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				c := muxDial(t, addr)
+				if tt.sameWrite {
+					c.send(t, muxCmd("HELLO", "3")+muxCmd(tt.pin...))
+				} else {
+					c.send(t, muxCmd("HELLO", "3"))
+				}
+				if hello := c.reply(t); !strings.HasPrefix(hello, "%") {
+					t.Fatalf("HELLO 3: got %q; want a RESP3 map", muxShort(hello))
+				}
+				if !tt.sameWrite {
+					c.expect(t, "_\r\n", "GET", "r3:none") // still shared, RESP3
+					c.send(t, muxCmd(tt.pin...))
+				}
+				if got := c.reply(t); got != tt.pinReply {
+					t.Fatalf("%s: got %q; want %q", strings.Join(tt.pin, " "), got, tt.pinReply)
+				}
+				c.expect(t, "_\r\n", "GET", "r3:none")
+				c.expect(t, "%0\r\n", "HGETALL", "r3:none")
+			})
+		}
+	})
+}
+
+// TestMuxResp3PushNotAReply: Redis sends a RESP3 push (here a client-tracking
+// invalidation, redirected by another client to the id a shared HELLO 3 reported) to a
+// shared RESP3 connection. A push answers no command: it must not be taken for the reply
+// of the client whose command comes next, nor end the shared connection.
+func TestMuxResp3PushNotAReply(t *testing.T) {
+	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+		z := muxDial(t, addr)
+		hello := z.do(t, "HELLO", "3")
+		m := regexp.MustCompile(`\$2\r\nid\r\n:(\d+)\r\n`).FindStringSubmatch(hello)
+		if m == nil {
+			t.Fatalf("HELLO 3: got %q; want a map with an id", muxShort(hello))
+		}
+		// Another client, straight to Redis, has its invalidations sent to that id.
+		tracker := muxDial(t, srv.Addr())
+		tracker.expect(t, muxOK, "CLIENT", "TRACKING", "ON", "REDIRECT", m[1])
+		tracker.expect(t, muxNil, "GET", "push:k") // tracked from now on
+
+		a := muxDial(t, addr)
+		a.send(t, muxCmd("HELLO", "3")+muxCmd("SET", "push:k", "v")+muxCmd("GET", "push:k"))
+		if got := a.reply(t); !strings.HasPrefix(got, "%") {
+			t.Fatalf("HELLO 3: got %q; want a RESP3 map", muxShort(got))
+		}
+		if got := a.reply(t); got != muxOK {
+			t.Fatalf("SET push:k v: got %q; want %q", got, muxOK)
+		}
+		if got := a.reply(t); got != muxBulk("v") {
+			t.Fatalf("GET push:k: got %q; want %q", got, muxBulk("v"))
+		}
+		a.expect(t, muxOK, "SET", "push:k", "w")
+		a.expect(t, muxBulk("w"), "GET", "push:k")
+		muxDial(t, addr).expect(t, muxBulk("w"), "GET", "push:k")
+	})
+}
+
+// TestMuxBulkLengthOverLimit: a client sends the header of a value longer than Redis
+// takes (proto-max-bulk-len, 512 MiB) and waits. Redis answers that at once with a
+// protocol error; through the proxy the answer must come too, not wait for a buffer
+// that the value could never fit.
+func TestMuxBulkLengthOverLimit(t *testing.T) {
+	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+		c := muxDial(t, addr)
+		c.expect(t, "+PONG\r\n", "PING")
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		c.send(t, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1000000000\r\n")
+		if got, err := muxReadReply(c.r); !strings.HasPrefix(got, "-ERR Protocol error") {
+			t.Fatalf("SET k with a 1 GB value's header: got %q, %v; want Redis's protocol error", got, err)
+		}
+		muxDial(t, addr).expect(t, "+PONG\r\n", "PING")
+	})
 }

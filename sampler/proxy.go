@@ -101,7 +101,9 @@ const proxyBatches = 4
 // not parse, or a command larger than BufferSize pins it: once the shared connection has
 // answered all it sent there, the client gets a connection of its own and from then on
 // its bytes pass both ways untouched, so everything Redis speaks keeps working —
-// pipelining, AUTH and SELECT, blocking commands, MULTI/EXEC, pub/sub, RESP3, MONITOR.
+// pipelining, AUTH and SELECT, blocking commands, MULTI/EXEC, pub/sub, RESP3, MONITOR
+// (a client that switched to RESP3 on the shared connection has its own one switched
+// too, with HELLO 3, before its bytes go there).
 // What a shared connection changes for a client that is never pinned is only what Redis
 // reports about connections (CLIENT LIST, INFO clients). WAIT and WAITAOF count the writes
 // a client made on its own connection, not those it made before the pin. A Redis that
@@ -451,12 +453,14 @@ func (pc *proxyConn) run() {
 	if l := p.muxLoop(); l != nil && l.adopt(pc) {
 		return // the loop serves it now
 	}
-	pc.runOwn(nil)
+	pc.runOwn(nil, false)
 }
 
 // runOwn serves the client over a connection of its own, first sending rest, what the
-// client sent before (to the shared connection's loop) that was not forwarded.
-func (pc *proxyConn) runOwn(rest []byte) {
+// client sent before (to the shared connection's loop) that was not forwarded. With
+// resp3 the client switched to RESP3 with HELLO 3 on the shared connection, so its own
+// connection is switched too before rest goes out.
+func (pc *proxyConn) runOwn(rest []byte, resp3 bool) {
 	p := pc.p
 	p.stats.own.Add(1)
 	defer func() {
@@ -474,6 +478,18 @@ func (pc *proxyConn) runOwn(rest []byte) {
 		return
 	}
 	setNoDelay(up)
+	if resp3 {
+		_ = up.SetDeadline(time.Now().Add(p.dialer.Timeout))
+		reply, err := roundTrip(up, "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+		if err == nil && reply[0] != '%' {
+			err = fmt.Errorf("%w: answered %q; want a RESP3 map", errNoResp3, reply[:min(len(reply), 120)])
+		}
+		if err != nil {
+			p.log.Debug("proxy: switch a pinned RESP3 client's connection to RESP3", "err", err)
+			return
+		}
+		_ = up.SetDeadline(time.Time{})
+	}
 	if len(rest) > 0 {
 		if _, err := up.Write(rest); err != nil {
 			p.log.Debug("proxy: write upstream", "err", err)

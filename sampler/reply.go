@@ -133,6 +133,11 @@ func (s *replyScanner) scan(data []byte) (n int, done bool) {
 	return s.advance(i), false
 }
 
+// between reports whether the scanner is between replies: the next byte starts one.
+func (s *replyScanner) between() bool {
+	return s.err == nil && s.st == replyType && len(s.open) == 0
+}
+
 // length acts on a complete length line and reports whether that completed the reply.
 func (s *replyScanner) length() bool {
 	s.st = replyType

@@ -223,6 +223,15 @@ func (p *RESPParser) Truncated() bool {
 	return false
 }
 
+// bulkRemaining returns how many bytes of the bulk string in progress are still to come,
+// its closing "\r\n" included; 0 when no payload is in progress.
+func (p *RESPParser) bulkRemaining() int64 {
+	if p.err != nil || p.st != respBulkData {
+		return 0
+	}
+	return p.rem + 2
+}
+
 // Err returns the protocol error that stopped the parser, or nil.
 func (p *RESPParser) Err() error { return p.err }
 
