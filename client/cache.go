@@ -458,7 +458,10 @@ func (c *Cache) join(ctx context.Context, s *shard, key string, ttl time.Duratio
 	s.fmu.Unlock()
 
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.loadTimeout)
-	stop := context.AfterFunc(c.base, cancel) // Close ends the load
+	stop := func() bool { return false }
+	if !c.closed.Load() { // a load started after Close is not ended by it: Get still works
+		stop = context.AfterFunc(c.base, cancel) // Close ends the load
+	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -495,7 +498,7 @@ func (c *Cache) load(ctx context.Context, s *shard, key string, gen uint64, ttl 
 	}
 	c.loads.Add(1)
 	start := c.since()
-	data, absent, err := load(ctx)
+	data, absent, err := callLoad(ctx, load)
 	end := c.since()
 	<-c.sem
 	if err != nil {
@@ -514,16 +517,34 @@ func (c *Cache) load(ctx context.Context, s *shard, key string, gen uint64, ttl 
 	return v, nil
 }
 
+// callLoad calls load, turning a panic into an error: load runs in the cache's goroutine,
+// where a panic would end the process whatever recover its caller has.
+func callLoad(ctx context.Context, load loader) (data string, absent bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("client: the load panicked: %v", r)
+		}
+	}()
+	return load(ctx)
+}
+
 // store caches v for key unless the shard saw an invalidation since gen, then evicts
-// entries until the shard is within its bounds.
+// entries until the shard is within its bounds. A value too large to cache replaces the
+// key's older value by nothing.
 func (c *Cache) store(s *shard, key string, gen uint64, v *value) {
 	size := int64(len(key)+len(v.data)) + entryOverhead
-	if size > c.maxBytes {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gen.Load() != gen {
+		return
+	}
+	if size > c.maxBytes {
+		// Too large to cache: the older value goes too, or reads would keep getting it
+		// (until its hard TTL) after Redis answered with this one.
+		if e := s.m[key]; e != nil {
+			c.remove(s, e)
+			c.evictions.Add(1)
+		}
 		return
 	}
 	if e := s.m[key]; e != nil {

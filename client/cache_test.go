@@ -416,3 +416,76 @@ func TestNewCacheErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheTooBigRefreshDropsOld: a refresh that loads a value too large to cache must
+// not leave the older value in place, or reads keep getting it after Redis answered with
+// the new one, up to the hard TTL, and every read starts another refresh.
+func TestCacheTooBigRefreshDropsOld(t *testing.T) {
+	clock := newFakeClock()
+	c := newTestCache(t, CacheOptions{Now: clock.Now, Jitter: -1, Beta: -1, TTL: time.Second, MaxBytes: 64 << 10})
+	ctx := context.Background()
+	big := strings.Repeat("x", 8<<10) // over MaxBytes/16
+	var loads atomic.Int32
+	load := func(context.Context) ([]byte, error) {
+		if loads.Add(1) == 1 {
+			return []byte("small"), nil
+		}
+		return []byte(big), nil
+	}
+	if v, err := c.Get(ctx, "k", load); err != nil || string(v) != "small" {
+		t.Fatalf("first Get: %q, %v; want small", v, err)
+	}
+	clock.Add(1100 * time.Millisecond) // past the soft TTL: stale, refresh in the background
+	if v, err := c.Get(ctx, "k", load); err != nil || string(v) != "small" {
+		t.Fatalf("stale Get: %q, %v; want small while the refresh runs", v, err)
+	}
+	waitFor(t, func() bool { return loads.Load() == 2 && c.Stats().Refreshes == 1 && !inFlight(c, "k") })
+	v, err := c.Get(ctx, "k", load)
+	if err != nil || string(v) == "small" {
+		t.Fatalf("Get after a refresh loaded the new value: %d bytes %q…, %v; want the new value, not the old one", len(v), v[:min(len(v), 8)], err)
+	}
+}
+
+// inFlight reports whether a load of key is in progress in c.
+func inFlight(c *Cache, key string) bool {
+	s := c.shardOf(key)
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.flights[key] != nil
+}
+
+// TestCacheGetAfterClose: Get still works after Close (without caching): its load is not
+// ended by the Close that came before it.
+func TestCacheGetAfterClose(t *testing.T) {
+	c := newTestCache(t, CacheOptions{})
+	c.Close()
+	load := func(ctx context.Context) ([]byte, error) {
+		select { // a query that takes a moment, as a database's does
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+			return []byte("v"), nil
+		}
+	}
+	if v, err := c.Get(context.Background(), "k", load); err != nil || string(v) != "v" {
+		t.Fatalf("Get after Close: %q, %v; want v", v, err)
+	}
+	if st := c.Stats(); st.Entries != 0 {
+		t.Errorf("entries %d after Close; want 0 (no caching)", st.Entries)
+	}
+}
+
+// TestCacheLoadPanics: a load that panics runs in the cache's goroutine, where no
+// recover of the app's (net/http's, for one) can catch it: it must come back to the
+// caller, not crash the process, and the next Get must load again.
+func TestCacheLoadPanics(t *testing.T) {
+	c := newTestCache(t, CacheOptions{})
+	v, err := c.Get(context.Background(), "k", func(context.Context) ([]byte, error) { panic("load bug") })
+	if err == nil {
+		t.Fatalf("Get with a panicking load: %q, nil; want an error", v)
+	}
+	t.Logf("Get with a panicking load: %v", err)
+	if v, err := c.Get(context.Background(), "k", func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil || string(v) != "v" {
+		t.Fatalf("Get after a panicking load: %q, %v; want v", v, err)
+	}
+}

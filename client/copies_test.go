@@ -2,7 +2,10 @@ package client
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,4 +128,62 @@ func diff(a, b []int) []int {
 		out[i] = a[i] - b[i]
 	}
 	return out
+}
+
+// TestCopyReadMissingCopy: a read of a split key that reaches a copy the agent has not
+// written yet (or has already deleted, the entry having ended while this client still
+// holds it) must not answer as though the key did not exist. GET and HGET get nil from
+// the missing copy and read the original again; reads whose answer for a missing key is
+// an empty list, an empty hash, 0 or -2 must do the same.
+func TestCopyReadMissingCopy(t *testing.T) {
+	srv := redistest.Start(t)
+	im := impl{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	}}
+	ctx := context.Background()
+	plain := im.new()
+	defer plain.Close()
+	keys := map[string]func(){
+		"mc:str":  func() { plain.Set(ctx, "mc:str", "v", time.Hour) },
+		"mc:zset": func() { plain.ZAdd(ctx, "mc:zset", redis.Z{Score: 1, Member: "a"}, redis.Z{Score: 2, Member: "b"}) },
+		"mc:hash": func() { plain.HSet(ctx, "mc:hash", "f", "v") },
+		"mc:list": func() { plain.RPush(ctx, "mc:list", "x", "y") },
+	}
+	ps := startPlanServer(t)
+	var entries []mitigate.Entry
+	for k, write := range keys {
+		write() // the original only: the agent has not written the copies yet
+		entries = append(entries, copiesEntry(k, copyNames(k, 2), time.Minute))
+	}
+	slices.SortFunc(entries, func(a, b mitigate.Entry) int { return strings.Compare(a.Key, b.Key) })
+	ps.publish(entries...)
+	rdb, _ := attach(t, im, ps, Options{Rand: seeded(5)})
+	for _, tc := range []struct {
+		name string
+		read func() (string, error)
+		want string
+	}{
+		{"GET", func() (string, error) { return rdb.Get(ctx, "mc:str").Result() }, "v"},
+		{"STRLEN", func() (string, error) { n, err := rdb.StrLen(ctx, "mc:str").Result(); return fmt.Sprint(n), err }, "1"},
+		{"EXISTS", func() (string, error) { n, err := rdb.Exists(ctx, "mc:str").Result(); return fmt.Sprint(n), err }, "1"},
+		{"TTL", func() (string, error) { d, err := rdb.TTL(ctx, "mc:str").Result(); return fmt.Sprint(d > 0), err }, "true"},
+		{"ZRANGE", func() (string, error) {
+			v, err := rdb.ZRange(ctx, "mc:zset", 0, -1).Result()
+			return fmt.Sprint(v), err
+		}, "[a b]"},
+		{"ZCARD", func() (string, error) { n, err := rdb.ZCard(ctx, "mc:zset").Result(); return fmt.Sprint(n), err }, "2"},
+		{"HGETALL", func() (string, error) { v, err := rdb.HGetAll(ctx, "mc:hash").Result(); return fmt.Sprint(v), err }, "map[f:v]"},
+		{"LRANGE", func() (string, error) {
+			v, err := rdb.LRange(ctx, "mc:list", 0, -1).Result()
+			return fmt.Sprint(v), err
+		}, "[x y]"},
+		{"TYPE", func() (string, error) { return rdb.Type(ctx, "mc:list").Result() }, "list"},
+	} {
+		for i := range 4 { // each read picks a copy at random: try several
+			if got, err := tc.read(); err != nil || got != tc.want {
+				t.Errorf("%s through the SDK (try %d) with the copies not written: %q, %v; want %q, as the original", tc.name, i, got, err, tc.want)
+				break
+			}
+		}
+	}
 }

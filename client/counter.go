@@ -62,7 +62,8 @@ type CounterStats struct {
 //     per key per FlushInterval (counted from the first Add after the previous flush),
 //     all keys due at once in one pipeline. Get returns Redis's value plus the sums not
 //     yet acknowledged by Redis (it waits for a flush in flight, one round trip, so a sum
-//     is never counted in both places nor in neither);
+//     is never counted in both places nor in neither). An Add that would make the sum
+//     overflow an int64 takes the plain path instead, so Redis refuses it as INCRBY does;
 //   - both entries: Add sums locally, and the flush goes to a random sub-counter.
 //
 // The path is chosen per call, from the plan the client holds, so a plan change affects
@@ -174,6 +175,11 @@ func (k *Counter) addPending(key string, n int64, every time.Duration) bool {
 		return false
 	}
 	b := s.pending[key]
+	if b != nil && overflows(b.sum, n) {
+		// The sum would wrap around: the plain path lets Redis refuse (or take) n.
+		s.mu.Unlock()
+		return false
+	}
 	fresh := b == nil
 	if fresh {
 		b = &batch{due: time.Now().Add(every), every: every}
@@ -227,11 +233,21 @@ func (k *Counter) Get(ctx context.Context, key string) (int64, error) {
 	}
 	st := k.stripe(key)
 	st.mu.Lock()
+	var pending int64
 	if b := st.pending[key]; b != nil {
-		v += b.sum
+		pending = b.sum
 	}
 	st.mu.Unlock()
-	return v, nil
+	if overflows(v, pending) {
+		return 0, fmt.Errorf("client: counter %q: %d in Redis plus %d pending overflows an int64", key, v, pending)
+	}
+	return v + pending, nil
+}
+
+// overflows reports whether a + b wraps around an int64.
+func overflows(a, b int64) bool {
+	s := a + b
+	return (b > 0 && s < a) || (b < 0 && s > a)
 }
 
 // readSubs returns the sub-counters Get must read for key: those of the entry held now
@@ -372,7 +388,12 @@ func (k *Counter) flush(all bool) (next time.Time) {
 			k.drop(it, err)
 			continue
 		}
-		if due := k.putBack(it.key, it.b, now); next.IsZero() || due.Before(next) {
+		due, ok := k.putBack(it.key, it.b, now)
+		if !ok {
+			k.drop(it, err)
+			continue
+		}
+		if next.IsZero() || due.Before(next) {
 			next = due
 		}
 		c.log.Warn("hotkeyd: flushing a batched counter failed; retrying at the next flush",
@@ -382,20 +403,23 @@ func (k *Counter) flush(all bool) (next time.Time) {
 }
 
 // putBack merges a sum whose flush failed into the key's pending sum and returns when it
-// is due again.
-func (k *Counter) putBack(key string, b *batch, now time.Time) time.Time {
+// is due again; false when the merged sum would overflow an int64.
+func (k *Counter) putBack(key string, b *batch, now time.Time) (time.Time, bool) {
 	s := k.stripe(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cur := s.pending[key]; cur != nil {
+		if overflows(cur.sum, b.sum) {
+			return time.Time{}, false
+		}
 		cur.sum += b.sum
 		cur.adds += b.adds
 		cur.tries = max(cur.tries, b.tries)
-		return cur.due
+		return cur.due, true
 	}
 	b.due = now.Add(b.every)
 	s.pending[key] = b
-	return b.due
+	return b.due, true
 }
 
 // drop gives up a sum: logged and counted, never silent.

@@ -3,7 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
-	"github.com/hotkeyd/hotkeyd/internal/leaktest"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkeyd/hotkeyd/internal/leaktest"
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/mitigate"
 )
 
@@ -380,4 +382,34 @@ func commandCalls(t testing.TB, name string, addrs ...string) int {
 		}
 	}
 	return n
+}
+
+// TestCounterBatchedOverflow: batched Adds whose sum would overflow an int64 must not
+// wrap around into a negative INCRBY. Plain INCRBY fails with Redis's overflow error and
+// leaves the counter as it was; the batched path may fail later (a dropped sum, reported
+// by Close) but never turns a large positive counter negative.
+func TestCounterBatchedOverflow(t *testing.T) {
+	srv := redistest.Start(t)
+	im := impl{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	}}
+	ctx := context.Background()
+	ps := startPlanServer(t)
+	ps.publish(batchedEntry("ovf", time.Minute, time.Minute))
+	rdb, c := attach(t, im, ps, Options{})
+	counter := c.Counter()
+	for _, n := range []int64{math.MaxInt64, 1} {
+		if err := counter.Add(ctx, "ovf", n); err != nil {
+			t.Logf("Add(%d): %v", n, err)
+		}
+	}
+	if v, err := counter.Get(ctx, "ovf"); err == nil && v < 0 {
+		t.Errorf("Get(ovf) = %d after adding MaxInt64 and 1; want no wrap-around", v)
+	}
+	err := c.Close()
+	t.Logf("Close: %v", err)
+	v, gerr := rdb.Get(ctx, "ovf").Int64()
+	if gerr != nil || v < 0 {
+		t.Errorf("ovf in Redis = %d, %v after adding MaxInt64 and 1; want no wrap-around to a negative value", v, gerr)
+	}
 }

@@ -48,8 +48,9 @@
 // goes to Redis.
 //
 // Copies (entries of kind copies): a read of one key (GET, HGET, LRANGE, …) goes to a
-// random copy; a copy that fails or answers nil (the agent may not have written it yet)
-// is read again on the original. A single-key write (SET family, DEL, EXPIRE, INCR,
+// random copy; a copy that fails or answers as for a missing key (nil, empty, 0, -2: the
+// agent may not have written it yet) is read again on the original. Reads whose reply
+// type the client does not know go to the original. A single-key write (SET family, DEL, EXPIRE, INCR,
 // HSET, …) goes to the original; once it succeeds the copies are set to the original's
 // value, type and TTL (DUMP and RESTORE, or DEL when the original is gone), so they
 // converge on the original whatever the command was. The app sees the original's result;

@@ -195,3 +195,19 @@ func TestAttachErrors(t *testing.T) {
 		t.Error("Attach(nil): nil error")
 	}
 }
+
+// TestFailOpenAgentNotResolving: an agent whose host name does not resolve (its DNS name
+// not there yet, or gone) is an agent that is away, not an invalid option: Attach
+// succeeds, with reports on, and every command behaves as plain Redis.
+func TestFailOpenAgentNotResolving(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	c, err := Attach(rdb, Options{Agent: "http://hotkeyd-agent.invalid:9736", SampleEvery: 1})
+	if err != nil {
+		t.Fatalf("Attach with an agent whose name does not resolve: %v; want it to fail open", err)
+	}
+	defer c.Close()
+	plainWorks(t, rdb, srv.Addr(), "fo:dns")
+	waitFor(t, func() bool { st := c.Stats(); return st.Plan.Errors > 0 && st.Reports.Dropped > 0 })
+}

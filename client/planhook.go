@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -219,7 +220,9 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 			}
 		}
 		if names := kp.readCopies(now); names != nil {
-			return c.readCopy(ctx, cmd, names, next)
+			if _, known := absentReply(cmd); known {
+				return c.readCopy(ctx, cmd, names, next)
+			}
 		}
 		return next(ctx, cmd)
 	}
@@ -323,21 +326,85 @@ func (c *Client) getL1(ctx context.Context, cmd redis.Cmder, key string, ttl tim
 }
 
 // readCopy sends a one-key read to a random copy: it rewrites the key argument for the
-// call and puts it back. A read the copy fails (or answers nil: the agent may not have
-// written it yet) is repeated on the original.
+// call and puts it back. A read the copy fails, or answers as Redis does for a missing
+// key (nil, empty, 0, -2: the agent may not have written the copy yet, or has deleted it
+// already), is repeated on the original.
 func (c *Client) readCopy(ctx context.Context, cmd redis.Cmder, names []string, next redis.ProcessHook) error {
 	args := cmd.Args()
 	orig := args[1]
 	args[1] = names[c.pick(len(names))]
 	err := next(ctx, cmd)
 	args[1] = orig
-	if err == nil {
+	if missing, _ := absentReply(cmd); err == nil && !missing {
 		c.copyReads.Add(1)
 		return nil
 	}
 	c.copyFallbacks.Add(1)
 	cmd.SetErr(nil)
 	return next(ctx, cmd)
+}
+
+// absentReply reports whether cmd's reply is one Redis gives for a key that does not
+// exist (an empty string, list, hash, set or zset, 0, false, -2, "none"), which a read of
+// a copy not written yet gets; known is false for reply types it does not know, whose
+// reads go to the original only.
+func absentReply(cmd redis.Cmder) (absent, known bool) {
+	switch c := cmd.(type) {
+	case *redis.Cmd:
+		switch v := c.Val().(type) {
+		case nil:
+			return true, true
+		case string:
+			return v == "", true
+		case int64:
+			return v == 0, true
+		case []any:
+			return len(v) == 0, true
+		case map[any]any:
+			return len(v) == 0, true
+		}
+		return false, true
+	case *redis.StringCmd:
+		return c.Val() == "", true
+	case *redis.StatusCmd:
+		return c.Val() == "" || c.Val() == "none", true
+	case *redis.IntCmd:
+		return c.Val() == 0, true
+	case *redis.DurationCmd:
+		return c.Val() == -2, true
+	case *redis.BoolCmd:
+		return !c.Val(), true
+	case *redis.FloatCmd:
+		return c.Val() == 0, true
+	case *redis.StringSliceCmd:
+		return len(c.Val()) == 0, true
+	case *redis.SliceCmd:
+		return !slices.ContainsFunc(c.Val(), func(v any) bool { return v != nil }), true
+	case *redis.FloatSliceCmd:
+		return !slices.ContainsFunc(c.Val(), func(v float64) bool { return v != 0 }), true
+	case *redis.BoolSliceCmd:
+		return !slices.Contains(c.Val(), true), true
+	case *redis.IntSliceCmd:
+		return !slices.ContainsFunc(c.Val(), func(v int64) bool { return v != 0 }), true
+	case *redis.MapStringStringCmd:
+		return len(c.Val()) == 0, true
+	case *redis.MapStringIntCmd:
+		return len(c.Val()) == 0, true
+	case *redis.ZSliceCmd:
+		return len(c.Val()) == 0, true
+	case *redis.ScanCmd:
+		keys, _ := c.Val()
+		return len(keys) == 0, true
+	case *redis.XMessageSliceCmd:
+		return len(c.Val()) == 0, true
+	case *redis.GeoLocationCmd:
+		return len(c.Val()) == 0, true
+	case *redis.GeoPosCmd:
+		return !slices.ContainsFunc(c.Val(), func(p *redis.GeoPos) bool { return p != nil }), true
+	case *redis.KeyValueSliceCmd:
+		return len(c.Val()) == 0, true
+	}
+	return false, false
 }
 
 // dumpOriginal reads a key's value and remaining time in one step (as mitigate's

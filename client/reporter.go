@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -97,7 +98,9 @@ type Reporter struct {
 	interval    time.Duration
 	send        func([]byte) error
 
-	conn      net.Conn
+	conn      net.Conn      // nil until the agent's name resolves; the sender's after NewReporter
+	agent     string        // the agent's address, for dialling again
+	redialAt  time.Time     // when the sender may try to dial again
 	stop      chan struct{} // closed by Close
 	done      chan struct{} // closed when the sender has returned
 	closeOnce sync.Once
@@ -114,17 +117,41 @@ type pending struct {
 }
 
 // NewReporter validates opts, opens a UDP socket towards the agent and starts the sender
-// goroutine. It fails only on invalid options or an agent address that does not resolve;
-// an agent that is not running is not an error (samples are dropped until it is).
+// goroutine. It fails only on invalid options; an agent that is not running is not an
+// error, nor is one whose host name does not resolve (yet): samples are dropped until it
+// is reachable, and the sender resolves the name again at most once a second.
 func NewReporter(opts ReporterOptions) (*Reporter, error) {
 	r, err := newReporter(opts)
 	if err != nil {
 		return nil, err
 	}
-	r.send = func(b []byte) error { _, err := r.conn.Write(b); return err }
+	r.send = r.write
 	go r.run()
 	return r, nil
 }
+
+// redialEvery is how often the sender tries again to open the socket towards an agent
+// whose name did not resolve.
+const redialEvery = time.Second
+
+// write sends a datagram; it runs in the sender goroutine.
+func (r *Reporter) write(b []byte) error {
+	if r.conn == nil {
+		if time.Now().Before(r.redialAt) {
+			return errNoSocket
+		}
+		conn, err := net.Dial("udp", r.agent)
+		if err != nil {
+			r.redialAt = time.Now().Add(redialEvery)
+			return err
+		}
+		r.conn = conn
+	}
+	_, err := r.conn.Write(b)
+	return err
+}
+
+var errNoSocket = errors.New("client: no socket towards the agent: its name did not resolve")
 
 // newReporter is NewReporter without starting the sender, so that tests can replace send.
 func newReporter(opts ReporterOptions) (*Reporter, error) {
@@ -163,7 +190,8 @@ func newReporter(opts ReporterOptions) (*Reporter, error) {
 		return nil, fmt.Errorf("client: MaxDatagram %d: must leave room for samples after a header of %d bytes", opts.MaxDatagram, h)
 	}
 	conn, err := net.Dial("udp", opts.Agent)
-	if err != nil {
+	var dnsErr *net.DNSError
+	if err != nil && !errors.As(err, &dnsErr) { // a name that does not resolve is an agent away
 		return nil, fmt.Errorf("client: Agent %q: %w", opts.Agent, err)
 	}
 	return &Reporter{
@@ -177,6 +205,7 @@ func newReporter(opts ReporterOptions) (*Reporter, error) {
 		maxDatagram: opts.MaxDatagram,
 		interval:    opts.FlushInterval,
 		conn:        conn,
+		agent:       opts.Agent,
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 	}, nil
@@ -212,7 +241,9 @@ func (r *Reporter) Close() error {
 		r.closed.Store(true)
 		close(r.stop)
 		<-r.done
-		r.closeErr = r.conn.Close()
+		if r.conn != nil {
+			r.closeErr = r.conn.Close()
+		}
 	})
 	return r.closeErr
 }
