@@ -92,6 +92,7 @@ type mitigation struct {
 	nodes       []Node
 	since       time.Time
 	wanted      time.Time // the last Update at which rules or a pin wanted it
+	ruleWanted  time.Time // the last Update at which the rules wanted it; zero when never
 	lowerSince  time.Time // since when the rules want a smaller N; zero when they do not
 	predictedBy []string
 	override    string
@@ -212,6 +213,7 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 
 	// What the rules and the overrides want now.
 	want := make(map[planKey]Decision)
+	ruled := make(map[planKey]bool)  // what the rules want, pinned or not
 	notes := make(map[string][]note) // key → what overrides or naming turned into a report
 	stats := make(map[string]*KeyStats, len(keys))
 	for i := range keys {
@@ -227,6 +229,7 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 				continue
 			}
 			want[pk] = d
+			ruled[pk] = true
 		}
 	}
 	for pk, o := range p.overrides {
@@ -266,6 +269,9 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 			p.adjust(now, m, d, namer)
 		}
 		p.touch(now, m, pk, stats)
+		if ruled[pk] {
+			m.ruleWanted = now
+		}
 	}
 	// One report per key: the rules' reason first, then every note.
 	for key := range notes {
@@ -309,12 +315,17 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 		}
 	}
 
-	// End mitigations: at once when forbidden or unpinned, else after hysteresis.
+	// End mitigations: at once when forbidden or held by a pin alone, else after
+	// hysteresis.
 	for pk, m := range p.active {
 		if !m.wanted.Equal(now) {
 			o, overridden := p.overrides[pk]
+			if m.override == Pinned && !overridden {
+				// The pin is gone: what is left is what the rules wanted, and when.
+				m.override, m.wanted = "", m.ruleWanted
+			}
 			if overridden && o.Action == ActionForbid ||
-				m.override == Pinned && !overridden ||
+				m.wanted.IsZero() ||
 				now.Sub(m.since) >= p.minActive && now.Sub(m.wanted) >= p.coolDown {
 				delete(p.active, pk)
 				continue

@@ -530,3 +530,28 @@ func TestPlannerConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestPlannerClearPinKeepsCoolDown: a pin held a mitigation the rules also wanted; the key
+// cools, and the operator clears the pin soon after. The rules wanted it less than
+// CoolDown ago, so it cools down as if never pinned instead of ending at once (and starting
+// again, new since and all, if the key turns hot within the cool-down).
+func TestPlannerClearPinKeepsCoolDown(t *testing.T) {
+	p := newPlanner(t, PlannerOptions{Now: func() time.Time { return t0 }})
+	namer := planNamer{primaries: 3}
+	hot := []KeyStats{readHot("k", true)}
+	p.Update(t0, hot, namer)
+	if err := p.Pin("k", L1, ""); err != nil {
+		t.Fatal(err)
+	}
+	p.Update(t0.Add(40*time.Second), hot, namer)            // pinned and wanted by the rules
+	p.Update(t0.Add(50*time.Second), nil, namer)            // the key cools; the pin holds it
+	p.Clear("k")                                            //
+	plan, _ := p.Update(t0.Add(60*time.Second), nil, namer) // 10s after the rules last wanted it
+	if e, ok := plan.Find("k", L1); !ok || e.Override != "" || !e.Since.Equal(t0) {
+		t.Fatalf("10s after the rules last wanted it, pin cleared: L1 %+v (found %v); want it kept (since %v, no override) for the 60s cool-down", e, ok, t0)
+	}
+	plan, _ = p.Update(t0.Add(40*time.Second+DefaultCoolDown), nil, namer)
+	if kinds(plan, "k") != "" {
+		t.Errorf("a cool-down after the rules last wanted it: %s; want nothing", kinds(plan, "k"))
+	}
+}

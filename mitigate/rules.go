@@ -67,7 +67,7 @@ type Rules struct {
 	// any node, and the write fan-out adds at most 30 % to its cluster-wide load.
 	// Default: 0.1.
 	MaxWriteShare float64
-	// SubCounters is M, how many sub-counters a sharded counter gets, ≥ 2. Default: the
+	// SubCounters is M, how many sub-counters a sharded counter gets, in [2, MaxNames]. Default: the
 	// number of primaries, capped at MaxSubCounters (reading the value costs M+2 commands).
 	SubCounters int
 	// MaxSubCounters caps the default M. Default: 16.
@@ -116,10 +116,10 @@ func (r Rules) Validate() error {
 		return fmt.Errorf("rules: node bandwidth %v: must be a positive number of bytes/s (0 means 100e6)", r.NodeBandwidth)
 	case r.MaxWriteShare < 0 || r.MaxWriteShare >= 1 || math.IsNaN(r.MaxWriteShare):
 		return fmt.Errorf("rules: max write share %v: must be in (0, 1) (0 means 0.1)", r.MaxWriteShare)
-	case r.SubCounters < 0 || r.SubCounters == 1:
-		return fmt.Errorf("rules: sub-counters %d: must be ≥ 2 (0 means the number of primaries)", r.SubCounters)
-	case r.MaxSubCounters < 0 || r.MaxSubCounters == 1:
-		return fmt.Errorf("rules: max sub-counters %d: must be ≥ 2 (0 means 16)", r.MaxSubCounters)
+	case r.SubCounters < 0 || r.SubCounters == 1 || r.SubCounters > MaxNames:
+		return fmt.Errorf("rules: sub-counters %d: must be in [2, %d] (0 means the number of primaries)", r.SubCounters, MaxNames)
+	case r.MaxSubCounters < 0 || r.MaxSubCounters == 1 || r.MaxSubCounters > MaxNames:
+		return fmt.Errorf("rules: max sub-counters %d: must be in [2, %d] (0 means 16)", r.MaxSubCounters, MaxNames)
 	case r.FlushInterval < 0 || r.FlushInterval > time.Minute:
 		return fmt.Errorf("rules: flush interval %v: must be in (0, 1m] (0 means 100ms)", r.FlushInterval)
 	}

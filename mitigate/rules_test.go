@@ -267,8 +267,8 @@ func TestRulesValidate(t *testing.T) {
 		{"headroom above 1", Rules{Headroom: 1.5}, "headroom 1.5: must be in (0, 1]"},
 		{"negative bandwidth", Rules{NodeBandwidth: -1}, "node bandwidth -1"},
 		{"write share 1", Rules{MaxWriteShare: 1}, "max write share 1: must be in (0, 1)"},
-		{"one sub-counter", Rules{SubCounters: 1}, "sub-counters 1: must be ≥ 2"},
-		{"one max sub-counter", Rules{MaxSubCounters: 1}, "max sub-counters 1: must be ≥ 2"},
+		{"one sub-counter", Rules{SubCounters: 1}, "sub-counters 1: must be in [2, 256]"},
+		{"one max sub-counter", Rules{MaxSubCounters: 1}, "max sub-counters 1: must be in [2, 256]"},
 		{"long flush", Rules{FlushInterval: 2 * time.Minute}, "flush interval 2m0s: must be in (0, 1m]"},
 		{"unknown kind", Rules{Modes: map[Kind]Mode{"cache": Enforce}}, `mode for kind "cache": use l1, copies`},
 		{"bad mode", Rules{Modes: map[Kind]Mode{L1: "on"}}, `mode "on": use observe, recommend or enforce`},
@@ -317,4 +317,29 @@ func TestFormat(t *testing.T) {
 			t.Errorf("case %d: got %q; want %q", i, tt.got, tt.want)
 		}
 	}
+}
+
+// TestRulesSubCountersNameable: a SubCounters that Names cannot make (above MaxNames) is
+// refused by Validate, not accepted and then turned into a naming report on every
+// write-hot counter.
+func TestRulesSubCountersNameable(t *testing.T) {
+	r := Rules{SubCounters: MaxNames + 1}
+	err := r.Validate()
+	if err != nil {
+		if want := fmt.Sprintf("sub-counters %d", MaxNames+1); !strings.Contains(err.Error(), want) {
+			t.Fatalf("Validate() = %v; want an error saying %q", err, want)
+		}
+		return
+	}
+	topo, terr := TopologyFromRanges([]SlotRange{{0, 5460, "10.0.0.1:6379"}, {5461, 10922, "10.0.0.2:6379"}, {10923, 16383, "10.0.0.3:6379"}})
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	p := newPlanner(t, PlannerOptions{Rules: r})
+	p.Update(t0, []KeyStats{{Key: "likes", WriteRate: 500_000, Counter: true, Hot: true}}, topo)
+	var got []string
+	for _, e := range p.Active() {
+		got = append(got, string(e.Kind)+": "+e.Reason)
+	}
+	t.Fatalf("Rules{SubCounters: %d}.Validate() = nil; want an error. The planner then makes: %q", MaxNames+1, got)
 }

@@ -139,9 +139,13 @@ func invalid(id, field, format string, args ...any) error {
 }
 
 // wireEvent is what DecodeEvent accepts: an event, plus fields that the API adds to
-// events it returns and that a client may send back unchanged (they are ignored).
+// events it returns and that a client may send back unchanged (they are ignored). Start
+// and End are read raw and parsed afterwards, so that an error names the field: the
+// errors of time.Time's UnmarshalJSON carry no field name.
 type wireEvent struct {
 	Event
+	Start  json.RawMessage `json:"start"`
+	End    json.RawMessage `json:"end"`
 	Report json.RawMessage `json:"report,omitempty"`
 	Source json.RawMessage `json:"source,omitempty"`
 }
@@ -167,6 +171,22 @@ func DecodeEvent(data []byte) (Event, error) {
 		return Event{}, invalid("", "", "null: want a JSON object")
 	}
 	e := w.Event
+	var probs []FieldError
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *time.Time
+	}{{"start", w.Start, &e.Start}, {"end", w.End, &e.End}} {
+		if len(f.raw) == 0 {
+			continue
+		}
+		if err := json.Unmarshal(f.raw, f.dst); err != nil {
+			probs = append(probs, FieldError{f.name, fmt.Sprintf("%v: want an RFC 3339 time with a zone, such as \"2026-03-01T19:30:00+01:00\"", err)})
+		}
+	}
+	if len(probs) > 0 {
+		return Event{}, &InvalidError{ID: e.ID, Problems: probs}
+	}
 	if len(e.Mitigations) == 0 {
 		e.Mitigations = []string{MitigationAuto}
 	}
@@ -193,11 +213,8 @@ func jsonError(err error) error {
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		return invalid("", strings.Trim(f, `"`), "unknown field: want id, name, patterns, allow_broad, start, end, lead, recurrence, zone, expected_read_rate, expected_write_rate, mitigations, owner or note")
 	}
-	// Errors from a field's UnmarshalJSON (times, lead) carry no field name in
-	// encoding/json v1; name the candidates.
-	if strings.Contains(msg, "parsing time") || strings.Contains(msg, "Time.UnmarshalJSON") {
-		return invalid("", "start/end", "%v: want an RFC 3339 time with a zone, such as \"2026-03-01T19:30:00+01:00\"", err)
-	}
+	// Errors from a field's UnmarshalJSON carry no field name in encoding/json v1; the
+	// times are parsed by DecodeEvent itself, which leaves the lead.
 	if strings.Contains(msg, "duration") {
 		return invalid("", "lead", "%v", err)
 	}
@@ -321,14 +338,15 @@ func compile(e *Event, locs map[string]*time.Location) (*compiled, error) {
 	}
 
 	timesOK := true
-	switch {
-	case e.Start.IsZero():
+	if e.Start.IsZero() {
 		add("start", "required: an RFC 3339 time with a zone, such as \"2026-03-01T19:30:00+01:00\"")
 		timesOK = false
-	case e.End.IsZero():
+	}
+	if e.End.IsZero() {
 		add("end", "required: an RFC 3339 time with a zone, such as \"2026-03-01T21:30:00+01:00\"")
 		timesOK = false
-	case !e.End.After(e.Start):
+	}
+	if timesOK && !e.End.After(e.Start) {
 		add("end", "%s is not after start %s: an event must end after it starts",
 			e.End.Format(time.RFC3339Nano), e.Start.Format(time.RFC3339Nano))
 		timesOK = false

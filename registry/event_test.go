@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -233,4 +234,53 @@ func FuzzParseCron(f *testing.F) {
 			return true
 		})
 	})
+}
+
+// TestDecodeEventTimeFieldNamed: a malformed time names the one field that holds it, as
+// FieldError.Field promises (the JSON name), not "start/end"; a document with both wrong
+// names both.
+func TestDecodeEventTimeFieldNamed(t *testing.T) {
+	const start, end = `"2026-03-01T19:30:00+01:00"`, `"2026-03-01T21:30:00+01:00"`
+	cases := []struct {
+		start, end string
+		want       []string
+	}{
+		{start, `"2026-03-01T21:30:00"`, []string{"end"}},
+		{`"19:30"`, end, []string{"start"}},
+		{start, `5`, []string{"end"}},
+		{`"tomorrow"`, `"later"`, []string{"start", "end"}},
+	}
+	for _, c := range cases {
+		doc := `{"id":"ev1","patterns":["k"],"start":` + c.start + `,"end":` + c.end + `}`
+		_, err := DecodeEvent([]byte(doc))
+		var inv *InvalidError
+		if !errors.As(err, &inv) {
+			t.Fatalf("DecodeEvent(%s): error %v; want an *InvalidError", doc, err)
+		}
+		var got []string
+		for _, p := range inv.Problems {
+			got = append(got, p.Field)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("DecodeEvent(%s): fields %q (%v); want %q", doc, got, err, c.want)
+		}
+	}
+}
+
+// TestValidateListsBothMissingTimes: Validate lists every problem, so an event with
+// neither start nor end names both.
+func TestValidateListsBothMissingTimes(t *testing.T) {
+	e := testEvent("ev1")
+	e.Start, e.End = time.Time{}, time.Time{}
+	var inv *InvalidError
+	if err := e.Validate(); !errors.As(err, &inv) {
+		t.Fatalf("Validate() = %v; want an *InvalidError", err)
+	}
+	var got []string
+	for _, p := range inv.Problems {
+		got = append(got, p.Field)
+	}
+	if want := []string{"start", "end"}; !slices.Equal(got, want) {
+		t.Errorf("fields %q (%v); want %q", got, inv, want)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,7 +22,9 @@ type RedisStore struct {
 	rdb     redis.UniversalClient
 	events  string // the hash's name
 	version string // the counter's name
-	rnd     io.Reader
+
+	rndMu sync.Mutex // guards rnd, which need not be safe for concurrent reads
+	rnd   io.Reader
 }
 
 // RedisOptions configure a RedisStore. The zero value works.
@@ -117,7 +120,10 @@ func (s *RedisStore) Create(ctx context.Context, e Event) (Event, error) {
 	gen := e.ID == ""
 	for range 16 {
 		if gen {
-			if e.ID, err = NewID(e.Name, s.rnd); err != nil {
+			s.rndMu.Lock()
+			e.ID, err = NewID(e.Name, s.rnd)
+			s.rndMu.Unlock()
+			if err != nil {
 				return Event{}, err
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -431,5 +432,39 @@ func TestNewID(t *testing.T) {
 		if id != c.prefix+"01020304" || !validID(id) {
 			t.Errorf("NewID(%q) = %q; want %q01020304", c.name, id, c.prefix)
 		}
+	}
+}
+
+// TestRedisStoreConcurrentGeneratedIDs: concurrent Creates that generate ids read the
+// store's Rand one at a time, as Memory's and FileStore's do; a Rand such as a seeded
+// *math/rand.Rand is not safe for concurrent reads (run with -race).
+func TestRedisStoreConcurrentGeneratedIDs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	s, err := NewRedis(rdb, RedisOptions{Rand: mrand.New(mrand.NewSource(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 20 {
+				e := testEvent("")
+				if _, err := s.Create(ctx, e); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	evs, err := s.List(ctx)
+	if err != nil || len(evs) != 80 {
+		t.Fatalf("List: %d events, %v; want 80", len(evs), err)
 	}
 }
