@@ -600,12 +600,14 @@ func (c *Cache) remove(s *shard, e *entry) {
 // invalidation finished).
 func (c *Cache) invalidate(key string) {
 	s := c.shardOf(key)
-	e := s.entry(key)
 	s.fmu.Lock()
 	f := s.flights[key]
 	if f != nil {
 		delete(s.flights, key)
 	}
+	// Looked up after the flights, under fmu: a load stores its value before it leaves
+	// flights, so one that ended a moment ago has its value found here.
+	e := s.entry(key)
 	s.fmu.Unlock()
 	if e == nil && f == nil {
 		return

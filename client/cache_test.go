@@ -186,6 +186,39 @@ func TestCacheMissAfterLoadEnds(t *testing.T) {
 	}
 }
 
+// TestCacheInvalidateAsLoadEnds: an invalidation (a write through this client) that
+// races a load's end must drop the load's value, stored or not: it was read before the
+// write. The load stores its value while the invalidation waits for the flight lock,
+// held here, and the two then meet there. (The order this cannot force, the load's end
+// between an invalidation's look at the entries and its look at the flights, is why
+// invalidate now makes both looks under the flight lock.)
+func TestCacheInvalidateAsLoadEnds(t *testing.T) {
+	c := newTestCache(t, CacheOptions{})
+	s := c.shardOf("k")
+	for i := range 20 {
+		release := make(chan struct{})
+		f, leader := c.join(context.Background(), s, "k", time.Minute, func(context.Context) (string, bool, error) {
+			<-release
+			return "before the write", false, nil
+		}, true)
+		if !leader {
+			t.Fatalf("round %d: the load did not start", i)
+		}
+		s.fmu.Lock()
+		invalidated := make(chan struct{})
+		go func() { c.invalidate("k"); close(invalidated) }()
+		time.Sleep(10 * time.Millisecond) // the invalidation gets as far as the flight lock
+		close(release)
+		waitFor(t, func() bool { return s.entry("k") != nil }) // the load stored its value
+		s.fmu.Unlock()
+		<-f.done
+		<-invalidated
+		if e := s.entry("k"); e != nil {
+			t.Fatalf("round %d: %q still cached after the invalidation", i, e.val.Load().data)
+		}
+	}
+}
+
 // TestCacheSoftHard walks a value through its life: fresh, stale while a refresh runs,
 // stale-if-error within the hard TTL, and never past it.
 func TestCacheSoftHard(t *testing.T) {
