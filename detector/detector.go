@@ -191,10 +191,18 @@ func (s *shard) add(h uint64, key []byte, write bool, flags uint8, n, size uint3
 	}
 	mine := uint64(s.counts[op].Add(h, n))
 	s.rank[rank].Offer(h, key, mine, flags)
-	// The combined ranking takes the other operation's count from its ranking rather than
-	// its sketch: a lower bound that costs no memory access outside the heaps, which the
-	// tick's Refresh replaces with both sketches' estimates.
-	s.rank[All].Offer(h, key, mine+s.rank[other].Count(h), flags)
+	// The combined ranking takes the other operation's count from its ranking when the key
+	// is ranked there, which costs no memory access outside the heaps. Else from its
+	// sketch, when the key is held in the combined ranking (so that it is not offered its
+	// one-operation count) or this operation's count is at least half the count to beat:
+	// a key heavy by reads and writes together but ranked by neither alone is at least
+	// that heavy in one of them, so it enters when that one is sampled. The long tail,
+	// below half, skips the sketch.
+	theirs := s.rank[other].Count(h)
+	if theirs == 0 && (2*mine >= s.rank[All].Min() || s.rank[All].Count(h) > 0) {
+		theirs = uint64(s.counts[1-op].Estimate(h))
+	}
+	s.rank[All].Offer(h, key, mine+theirs, flags)
 	s.distinct.Insert(h)
 	s.totals[s.cur][op] += uint64(n)
 	if size > 0 && s.bytes != nil {

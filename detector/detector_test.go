@@ -301,3 +301,33 @@ func TestAddBatchMatchesAdd(t *testing.T) {
 		}
 	}
 }
+
+// TestCombinedRankingSumsBothOps checks that the combined ranking finds a key that is the
+// heaviest by reads and writes together although it leads neither the reads nor the
+// writes ranking alone.
+func TestCombinedRankingSumsBothOps(t *testing.T) {
+	d, err := New(Options{K: 1, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Advance(t0)
+	for range 15 {
+		d.Add([]byte("reader"), false, 0, 1, 0) // 15 reads
+	}
+	for range 12 {
+		d.Add([]byte("writer"), true, 0, 1, 0) // 12 writes
+	}
+	for range 10 {
+		d.Add([]byte("both"), false, 0, 1, 0) // 10 reads …
+	}
+	for range 10 {
+		d.Add([]byte("both"), true, 0, 1, 0) // … and 10 writes: 20 in all, the heaviest
+	}
+	for _, now := range []time.Time{t0.Add(50 * time.Millisecond), t0.Add(150 * time.Millisecond)} {
+		d.Advance(now)
+		s := d.Snapshot(now, All, 1)
+		if len(s.Keys) != 1 || s.Keys[0].Key != "both" || s.Keys[0].Reads+s.Keys[0].Writes != 20 {
+			t.Errorf("at %v: combined ranking %+v; want both with 20 requests", now.Sub(t0), s.Keys)
+		}
+	}
+}

@@ -30,10 +30,12 @@ type Options struct {
 	Depth int
 	// Epsilon is the relative error bound: an estimate exceeds the true count by more
 	// than Epsilon × (total count) with probability at most Delta. Width becomes the
-	// power of two at or above e/Epsilon. Used only when Width is 0; must be in (0, 1).
+	// power of two at or above e/Epsilon. Used only when Width is 0; must be in
+	// [e/2^24, 1) (about [1.6e-7, 1)), so that the width is at most MaxWidth.
 	Epsilon float64
 	// Delta is the failure probability of the bound above. Depth becomes ⌈ln(1/Delta)⌉.
-	// Used only when Depth is 0; must be in (0, 1).
+	// Used only when Depth is 0; must be in [e^-16, 1) (about [1.1e-7, 1)), so that the
+	// depth is at most MaxDepth.
 	Delta float64
 }
 
@@ -46,8 +48,11 @@ func (o Options) shape() (width, depth int, err error) {
 			if !(o.Epsilon > 0 && o.Epsilon < 1) {
 				return 0, 0, fmt.Errorf("sketch: epsilon %v: must be in (0, 1)", o.Epsilon)
 			}
-			width = 1 << bits.Len64(uint64(math.Ceil(math.E/o.Epsilon))-1)
-			width = max(width, MinWidth)
+			w := math.Ceil(math.E / o.Epsilon) // compared before its conversion can overflow
+			if w > MaxWidth {
+				return 0, 0, fmt.Errorf("sketch: epsilon %v: must be at least e/%d = %.3g (a width of at most %d)", o.Epsilon, MaxWidth, math.E/MaxWidth, MaxWidth)
+			}
+			width = max(1<<bits.Len64(uint64(w)-1), MinWidth)
 		}
 	}
 	if depth == 0 {
@@ -56,7 +61,11 @@ func (o Options) shape() (width, depth int, err error) {
 			if !(o.Delta > 0 && o.Delta < 1) {
 				return 0, 0, fmt.Errorf("sketch: delta %v: must be in (0, 1)", o.Delta)
 			}
-			depth = max(1, int(math.Ceil(math.Log(1/o.Delta))))
+			d := math.Ceil(math.Log(1 / o.Delta)) // +Inf for the smallest deltas
+			if d > MaxDepth {
+				return 0, 0, fmt.Errorf("sketch: delta %v: must be at least e^-%d = %.3g (a depth of at most %d)", o.Delta, MaxDepth, math.Exp(-MaxDepth), MaxDepth)
+			}
+			depth = max(1, int(d))
 		}
 	}
 	if width < MinWidth || width > MaxWidth || width&(width-1) != 0 {

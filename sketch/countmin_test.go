@@ -174,3 +174,28 @@ func TestAddAllocs(t *testing.T) {
 		t.Errorf("Distinct.Insert after Advance: %v allocs; want 0", n)
 	}
 }
+
+// TestOptionsTinyBounds checks that an Epsilon or Delta too small for the largest shape is
+// an error naming it, not a silent 64-wide or 1-deep sketch (their float-to-int
+// conversions overflowed).
+func TestOptionsTinyBounds(t *testing.T) {
+	tests := []struct {
+		o   Options
+		err string
+	}{
+		{Options{Epsilon: 1e-300}, "epsilon 1e-300: must be at least"},
+		{Options{Epsilon: 1e-10}, "epsilon 1e-10: must be at least"},
+		{Options{Delta: 5e-324}, "delta 5e-324: must be at least"},
+		{Options{Delta: 1e-10}, "delta 1e-10: must be at least"},
+	}
+	for _, tt := range tests {
+		s, err := New(tt.o)
+		if err == nil {
+			t.Errorf("New(%+v): %d×%d sketch; want an error containing %q", tt.o, s.Depth(), s.Width(), tt.err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("New(%+v): error %q; want one containing %q", tt.o, err, tt.err)
+		}
+	}
+}

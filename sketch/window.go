@@ -144,12 +144,25 @@ func (w *Window) Advance() {
 		for ; word != 0; word &= word - 1 {
 			g := (i<<6 + bits.TrailingZeros64(word)) << w.strideShift
 			c := w.cells[g+t]
-			// A saturated sum may hold less than the ticks it covers; never wrap below 0.
-			w.cells[g] -= min(c, w.cells[g])
 			w.cells[g+t] = 0
+			if w.cells[g] == math.MaxUint32 {
+				// A saturated sum no longer says what the other ticks hold: add them up.
+				w.cells[g] = w.sumTicks(g)
+			} else {
+				w.cells[g] -= c
+			}
 		}
 		set[i] = 0
 	}
+}
+
+// sumTicks returns the sum of the tick counters of the group at g, saturated.
+func (w *Window) sumTicks(g int) uint32 {
+	var sum uint32
+	for _, c := range w.cells[g+1 : g+1+w.ticks] {
+		sum = satAdd(sum, c)
+	}
+	return sum
 }
 
 // Reset empties the window.

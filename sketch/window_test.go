@@ -87,8 +87,8 @@ func TestWindowSumMatchesTicks(t *testing.T) {
 			for tk := 1; tk <= w.ticks; tk++ {
 				s += uint64(w.cells[g+tk])
 			}
-			if s != uint64(w.cells[g]) && s < math.MaxUint32 {
-				t.Fatalf("step %d group %d: sum %d; want Σ ticks = %d", step, g, w.cells[g], s)
+			if want := min(s, math.MaxUint32); uint64(w.cells[g]) != want {
+				t.Fatalf("step %d group %d: sum %d; want Σ ticks = %d", step, g, w.cells[g], want)
 			}
 		}
 	}
@@ -182,8 +182,12 @@ func advanceByScan(w *Window) {
 	t := 1 + w.cur
 	for g := 0; g < len(w.cells); g += w.stride {
 		if c := w.cells[g+t]; c != 0 {
-			w.cells[g] -= min(c, w.cells[g])
 			w.cells[g+t] = 0
+			if w.cells[g] == math.MaxUint32 {
+				w.cells[g] = w.sumTicks(g)
+			} else {
+				w.cells[g] -= c
+			}
 		}
 	}
 }
@@ -212,5 +216,30 @@ func TestDistinctSkipsIdleTicks(t *testing.T) {
 	}
 	if got := d.Estimate(); math.Abs(float64(got)-500) > 15 {
 		t.Errorf("reused tick: %d; want 500 ± 3 %%", got)
+	}
+}
+
+// TestWindowSaturatedTickLeaves checks that when a tick whose count saturated the window's
+// sum leaves, the counts of the ticks still in the window stay counted.
+func TestWindowSaturatedTickLeaves(t *testing.T) {
+	w, err := NewWindow(WindowOptions{Options: Options{Width: 64, Depth: 2}, Ticks: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Add(1, math.MaxUint32)
+	w.Advance()
+	w.Add(1, 5)
+	if got := w.Estimate(1); got != math.MaxUint32 {
+		t.Fatalf("saturated: %d; want %d", got, uint32(math.MaxUint32))
+	}
+	w.Advance()
+	w.Add(1, 7)
+	w.Advance() // the saturated tick leaves; 5 and 7 remain
+	if got := w.Estimate(1); got != 12 {
+		t.Errorf("after the saturated tick left: %d; want 12", got)
+	}
+	w.Advance() // the 5 leaves
+	if got := w.Estimate(1); got != 7 {
+		t.Errorf("after the tick of 5 left: %d; want 7", got)
 	}
 }
