@@ -15,6 +15,10 @@ type Command struct {
 	// NumKeysAt, when > 0, is the index of an argument that holds the number of keys,
 	// which follow it (EVAL script numkeys key…).
 	NumKeysAt int
+	// Streams marks XREAD: the keys follow the first STREAMS argument (in any case) at or
+	// after First, and are the first half of the arguments after it, the IDs the second.
+	// KeyRangeOf, which does not see the arguments, finds no keys for it.
+	Streams bool
 }
 
 // KeyRange returns the indexes into args of this command's keys: first ≤ i ≤ last, in
@@ -26,15 +30,47 @@ func (c Command) KeyRange(args [][]byte) (first, last, step int, ok bool) {
 			numKeys = k
 		}
 	}
+	if c.Streams {
+		for i := max(c.First, 1); i < len(args); i++ {
+			if isStreams(args[i]) {
+				n := len(args) - 1 - i // keys and as many IDs
+				if n == 0 || n%2 != 0 {
+					return 0, 0, 0, false
+				}
+				return i + 1, i + n/2, 1, true
+			}
+		}
+		return 0, 0, 0, false
+	}
 	return c.KeyRangeOf(len(args), numKeys)
+}
+
+// isStreams reports whether arg is STREAMS in any case.
+func isStreams(arg []byte) bool {
+	const kw = "STREAMS"
+	if len(arg) != len(kw) {
+		return false
+	}
+	for i, c := range arg {
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		if c != kw[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // KeyRangeOf is KeyRange for a command of n arguments (the name included) whose
 // argument at NumKeysAt holds numKeys (-1 when it is not a number; ignored by commands
 // without NumKeysAt). Callers with arguments in another form (go-redis's []any) use it.
 func (c Command) KeyRangeOf(n, numKeys int) (first, last, step int, ok bool) {
+	if c.Streams {
+		return 0, 0, 0, false
+	}
 	if c.NumKeysAt > 0 {
-		if c.NumKeysAt >= n || numKeys <= 0 || c.NumKeysAt+numKeys >= n {
+		if c.NumKeysAt >= n || numKeys <= 0 || numKeys >= n-c.NumKeysAt { // no overflow
 			return 0, 0, 0, false
 		}
 		return c.NumKeysAt + 1, c.NumKeysAt + numKeys, 1, true
@@ -94,6 +130,10 @@ var (
 	counter  = Command{Op: OpWrite, Counter: true, First: 1, Last: 1, Step: 1}
 	blocking = wr(1, -2, 1) // BLPOP k1 k2 timeout
 	script   = Command{Op: OpWrite, NumKeysAt: 2}
+	rdNum1   = Command{Op: OpRead, NumKeysAt: 1}  // ZUNION numkeys key…
+	wrNum1   = Command{Op: OpWrite, NumKeysAt: 1} // LMPOP numkeys key…
+	wrNum2   = Command{Op: OpWrite, NumKeysAt: 2} // BLMPOP timeout numkeys key…
+	sub      = rd(2, 2, 1)                        // OBJECT ENCODING key
 )
 
 // commands is the command table. Commands without keys (PING, INFO, AUTH, SELECT, …) are
@@ -110,6 +150,7 @@ var commands = map[string]Command{
 	// generic
 	"EXISTS": all, "TYPE": one, "TTL": one, "PTTL": one, "EXPIRETIME": one,
 	"PEXPIRETIME": one, "TOUCH": all, "DUMP": one,
+	"OBJECT": sub, "SORT_RO": one,
 	"DEL": wall, "UNLINK": wall, "EXPIRE": wone, "PEXPIRE": wone, "EXPIREAT": wone,
 	"PEXPIREAT": wone, "PERSIST": wone, "RENAME": wtwo, "RENAMENX": wtwo, "COPY": wtwo,
 	"RESTORE": wone,
@@ -124,25 +165,26 @@ var commands = map[string]Command{
 	"LPUSH": wone, "RPUSH": wone, "LPUSHX": wone, "RPUSHX": wone, "LPOP": wone,
 	"RPOP": wone, "LSET": wone, "LREM": wone, "LTRIM": wone, "LINSERT": wone,
 	"LMOVE": wtwo, "RPOPLPUSH": wtwo, "BLMOVE": wtwo, "BRPOPLPUSH": wtwo,
-	"BLPOP": blocking, "BRPOP": blocking,
+	"BLPOP": blocking, "BRPOP": blocking, "LMPOP": wrNum1, "BLMPOP": wrNum2,
 	// sets
 	"SCARD": one, "SISMEMBER": one, "SMISMEMBER": one, "SMEMBERS": one,
 	"SRANDMEMBER": one, "SSCAN": one, "SUNION": all, "SINTER": all, "SDIFF": all,
 	"SADD": wone, "SREM": wone, "SPOP": wone, "SMOVE": wtwo, "SUNIONSTORE": wall,
-	"SINTERSTORE": wall, "SDIFFSTORE": wall,
+	"SINTERSTORE": wall, "SDIFFSTORE": wall, "SINTERCARD": rdNum1,
 	// sorted sets
 	"ZRANGE": one, "ZRANGEBYSCORE": one, "ZRANGEBYLEX": one, "ZREVRANGE": one,
 	"ZREVRANGEBYSCORE": one, "ZREVRANGEBYLEX": one, "ZSCORE": one, "ZMSCORE": one,
 	"ZRANK": one, "ZREVRANK": one, "ZCARD": one, "ZCOUNT": one, "ZLEXCOUNT": one,
-	"ZRANDMEMBER": one, "ZSCAN": one,
-	"ZADD": wone, "ZREM": wone, "ZINCRBY": wone, "ZPOPMIN": wone, "ZPOPMAX": wone,
+	"ZRANDMEMBER": one, "ZSCAN": one, "ZUNION": rdNum1, "ZINTER": rdNum1, "ZDIFF": rdNum1,
+	"ZINTERCARD": rdNum1, "ZADD": wone, "ZREM": wone, "ZINCRBY": wone, "ZPOPMIN": wone, "ZPOPMAX": wone,
 	"ZREMRANGEBYSCORE": wone, "ZREMRANGEBYRANK": wone, "ZREMRANGEBYLEX": wone,
-	"BZPOPMIN": blocking, "BZPOPMAX": blocking, "ZRANGESTORE": wtwo,
+	"BZPOPMIN": blocking, "BZPOPMAX": blocking, "ZRANGESTORE": wtwo, "ZMPOP": wrNum1,
+	"BZMPOP": wrNum2,
 	// streams, HyperLogLog, geo
 	"XRANGE": one, "XREVRANGE": one, "XLEN": one, "XADD": wone, "XDEL": wone, "XTRIM": wone,
-	"PFCOUNT": all, "PFADD": wone, "PFMERGE": wall,
+	"XREAD": {Op: OpRead, First: 1, Streams: true}, "PFCOUNT": all, "PFADD": wone, "PFMERGE": wall,
 	"GEOPOS": one, "GEODIST": one, "GEOHASH": one, "GEOSEARCH": one, "GEORADIUS_RO": one,
-	"GEOADD": wone,
+	"GEORADIUSBYMEMBER_RO": one, "GEOADD": wone,
 	// scripts and functions: keys follow numkeys
 	"EVAL": script, "EVALSHA": script, "EVAL_RO": script, "EVALSHA_RO": script,
 	"FCALL": script, "FCALL_RO": script,

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // ErrTooLarge is wrapped by the errors of a report, body or key over its limit, so that a
@@ -58,7 +60,7 @@ func DecodeJSONReport(b *Batch, body []byte, opts JSONOptions) error {
 		maxSamples = DefaultMaxSamples
 	}
 	b.Source, b.Rate, b.Samples = "", 1, b.Samples[:0]
-	d := jsonDecoder{dec: json.NewDecoder(bytes.NewReader(body))}
+	d := jsonDecoder{body: body, dec: json.NewDecoder(bytes.NewReader(body))}
 	d.dec.UseNumber()
 	err := d.report(b, maxSamples)
 	if err != nil {
@@ -68,6 +70,7 @@ func DecodeJSONReport(b *Batch, body []byte, opts JSONOptions) error {
 }
 
 type jsonDecoder struct {
+	body  []byte // what dec reads
 	dec   *json.Decoder
 	arena []byte // the keys, back to back
 	ends  []int  // ends[i] is where sample i's key ends in arena
@@ -233,6 +236,10 @@ func (d *jsonDecoder) sample(i int) (Sample, error) {
 			if !ok {
 				return s, fmt.Errorf("%s: %s is not allowed; use a string in standard base64", field, kind(tok))
 			}
+			// Decode skips line breaks, which RFC 4648 §4 does not allow.
+			if j := strings.IndexAny(k, "\r\n"); j >= 0 {
+				return s, fmt.Errorf("%s: not standard base64 (RFC 4648, with padding): line break at byte %d", field, j)
+			}
 			n := len(d.arena)
 			d.arena = slices.Grow(d.arena, base64.StdEncoding.DecodedLen(len(k)))
 			d.arena = d.arena[:n+base64.StdEncoding.DecodedLen(len(k))]
@@ -310,14 +317,20 @@ func (d *jsonDecoder) token(at string) (json.Token, error) {
 	return nil, fmt.Errorf("%s: invalid JSON: %v", at, err)
 }
 
-// value reads the value of the field at, which must not be null.
+// value reads the value of the field at, which must not be null. A string must be valid
+// UTF-8 as sent: encoding/json would turn each bad byte into U+FFFD, so that different
+// binary keys would be counted as one.
 func (d *jsonDecoder) value(at string) (json.Token, error) {
+	start := d.dec.InputOffset()
 	tok, err := d.token(at)
 	if err != nil {
 		return nil, err
 	}
 	if tok == nil {
 		return nil, fmt.Errorf("%s: null is not allowed; leave the field out for its default", at)
+	}
+	if _, ok := tok.(string); ok && !utf8.Valid(d.body[start:d.dec.InputOffset()]) {
+		return nil, fmt.Errorf("%s: the string is not valid UTF-8; JSON text must be UTF-8 (send a binary key as key_b64)", at)
 	}
 	return tok, nil
 }

@@ -297,3 +297,33 @@ func FuzzDecodeJSONReport(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeJSONReportRejectsMangledKeys checks bodies whose keys encoding/json would
+// silently change: bytes that are not UTF-8 (each becomes U+FFFD, so different binary keys
+// would be counted as one) and base64 with line breaks, which RFC 4648 §4 does not allow.
+func TestDecodeJSONReportRejectsMangledKeys(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+	}{
+		{"key not utf8", "{\"source\":\"a\",\"samples\":[{\"key\":\"ok\",\"op\":\"read\"},{\"key\":\"caf\xe9\",\"op\":\"read\"}]}",
+			`samples[1].key: the string is not valid UTF-8; JSON text must be UTF-8 (send a binary key as key_b64)`},
+		{"source not utf8", "{\"source\":\"a\xff\",\"samples\":[]}",
+			`source: the string is not valid UTF-8; JSON text must be UTF-8 (send a binary key as key_b64)`},
+		{"base64 newline", `{"source":"a","samples":[{"key_b64":"YQ\n==","op":"read"}]}`,
+			`samples[0].key_b64: not standard base64 (RFC 4648, with padding): line break at byte 2`},
+		{"base64 carriage return", `{"source":"a","samples":[{"key_b64":"\rYQ==","op":"read"}]}`,
+			`samples[0].key_b64: not standard base64 (RFC 4648, with padding): line break at byte 0`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b Batch
+			err := DecodeJSONReport(&b, []byte(tt.body), JSONOptions{})
+			if err == nil {
+				t.Fatalf("got no error and samples %+v; want %q", b.Samples, tt.want)
+			}
+			if err.Error() != tt.want {
+				t.Errorf("got  %q;\nwant %q", err, tt.want)
+			}
+		})
+	}
+}

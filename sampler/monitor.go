@@ -288,11 +288,6 @@ func (m *Monitor) sampleLine(line []byte, partial bool) {
 	if partial {
 		nargs++ // arguments were cut off
 	}
-	for i := range m.line.sizes {
-		if m.line.sizes[i] > int64(m.maxKey) {
-			m.line.args[i] = m.line.args[i][:m.maxKey] // sampled by its prefix, marked Truncated
-		}
-	}
 	pending, tooLarge := appendKeySamples(m.pending[:0], args, m.line.sizes, nargs)
 	m.pending = pending
 	if partial && tooLarge > 0 {
@@ -302,6 +297,9 @@ func (m *Monitor) sampleLine(line []byte, partial bool) {
 		m.sink.Drop(m.source, DropTooLarge, tooLarge)
 	}
 	for _, s := range pending {
+		if len(s.Key) > m.maxKey { // only keys: the command name and numkeys stay whole
+			s.Key, s.Truncated = s.Key[:m.maxKey], true // sampled by its prefix
+		}
 		m.batch.keys = append(m.batch.keys, s.Key...)
 		s.Key = nil
 		m.batch.samples = append(m.batch.samples, s)

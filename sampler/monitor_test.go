@@ -242,3 +242,23 @@ func TestMonitor(t *testing.T) {
 		t.Fatal("Run did not return after cancel")
 	}
 }
+
+// TestMonitorMaxKeyBytesSparesCommandName checks that a MaxKeyBytes shorter than a command
+// name truncates the command's keys, not its name, which must still be found in the table.
+func TestMonitorMaxKeyBytesSparesCommandName(t *testing.T) {
+	var got []Sample
+	m, err := NewMonitor(MonitorOptions{SampleEvery: 1, MaxKeyBytes: 4, Sink: SinkFunc(func(b Batch) {
+		for _, s := range b.Samples {
+			s.Key = append([]byte(nil), s.Key...)
+			got = append(got, s)
+		}
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.sampleLine([]byte(`+1700000000.000001 [0 127.0.0.1:5000] "HINCRBY" "user:42" "visits" "1"`+"\r\n"), false)
+	m.flush()
+	if len(got) != 1 || string(got[0].Key) != "user" || got[0].Op != OpWrite || !got[0].Truncated {
+		t.Fatalf("HINCRBY user:42 with MaxKeyBytes 4: got %+v; want one truncated write of \"user\"", got)
+	}
+}

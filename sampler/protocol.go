@@ -305,7 +305,10 @@ func decodeSample(s *Sample, p []byte, i int) (int, error) {
 	return n + int(kl), nil
 }
 
-// uvarint reads a uvarint that must fit a uint32.
+// maxUint32Varint is the most bytes a uvarint of a uint32 takes (count and bytes).
+const maxUint32Varint = 5
+
+// uvarint reads a uvarint that must fit a uint32 and take at most 5 bytes.
 func uvarint(p []byte, i int, field string) (uint64, int, error) {
 	if len(p) > 0 && p[0] < 0x80 { // the common one-byte case
 		return uint64(p[0]), 1, nil
@@ -313,6 +316,9 @@ func uvarint(p []byte, i int, field string) (uint64, int, error) {
 	v, n := binary.Uvarint(p)
 	if n <= 0 {
 		return 0, 0, varintErr(i, field, n)
+	}
+	if n > maxUint32Varint {
+		return 0, 0, fmt.Errorf("report: sample %d: %s: uvarint of %d bytes: must take at most %d", i, field, n, maxUint32Varint)
 	}
 	if v > math.MaxUint32 {
 		return 0, 0, fmt.Errorf("report: sample %d: %s %d: must be at most %d", i, field, v, uint32(math.MaxUint32))

@@ -346,3 +346,37 @@ func FuzzDecodeReport(f *testing.F) {
 		sameReportBatch(t, b2, b)
 	})
 }
+
+// TestDecodeReportOverlongVarint checks that count and bytes, which docs/protocol.md sizes
+// at 1 to 5 bytes, are rejected when a sender pads their uvarint to more bytes.
+func TestDecodeReportOverlongVarint(t *testing.T) {
+	valid, err := AppendReport(nil, Batch{Source: "app", Rate: 1, Samples: []Sample{{Key: []byte("k"), Op: OpRead}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := valid[:len(valid)-5-2]
+	tests := []struct {
+		name   string
+		sample []byte
+		want   string
+	}{
+		{"count of 6 bytes", []byte{0x01, 0x81, 0x80, 0x80, 0x80, 0x80, 0x00, 0x00, 0x01, 'k'},
+			"report: sample 0: count: uvarint of 6 bytes: must take at most 5"},
+		{"bytes of 10 bytes", []byte{0x01, 0x01, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00, 0x01, 'k'},
+			"report: sample 0: bytes: uvarint of 10 bytes: must take at most 5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := binary.BigEndian.AppendUint16(bytes.Clone(header), 1)
+			data = append(data, tt.sample...)
+			var b Batch
+			_, err := DecodeReport(&b, data)
+			if err == nil {
+				t.Fatalf("got no error and %+v; want %q", b.Samples, tt.want)
+			}
+			if err.Error() != tt.want {
+				t.Errorf("got %q; want %q", err, tt.want)
+			}
+		})
+	}
+}
