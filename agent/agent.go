@@ -168,7 +168,8 @@ func New(o Options) (*Agent, error) {
 		return nil, err
 	}
 	if o.UDPListen != "" {
-		a.udp, err = sampler.NewUDPServer(sampler.UDPOptions{Listen: o.UDPListen, Readers: o.UDPReaders, Token: o.AuthToken, Sink: a})
+		sink := reportLimit{a, defaults.Or(o.MaxSamplesPerReport, sampler.DefaultMaxSamples)}
+		a.udp, err = sampler.NewUDPServer(sampler.UDPOptions{Listen: o.UDPListen, Readers: o.UDPReaders, Token: o.AuthToken, Sink: sink})
 		if err != nil {
 			return nil, fmt.Errorf("agent: udp: %w", err)
 		}
@@ -291,6 +292,21 @@ func weight(count uint32, scale float64) uint32 {
 		n++
 	}
 	return uint32(max(n, 1))
+}
+
+// reportLimit is the sink of the UDP listener: it drops a datagram of more than max
+// samples (MaxSamplesPerReport) as too large, as POST /v1/samples refuses such a body.
+type reportLimit struct {
+	*Agent
+	max int
+}
+
+func (l reportLimit) Accept(b sampler.Batch) {
+	if len(b.Samples) > l.max {
+		l.Drop(b.Source, sampler.DropTooLarge, 1)
+		return
+	}
+	l.Agent.Accept(b)
 }
 
 // Drop records samples that a source dropped (sampler.Sink).

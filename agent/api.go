@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -31,7 +32,52 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{Registry: a.opts.Registry}))
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /readyz", a.readyz)
-	return mux
+	return jsonErrors{mux}
+}
+
+// jsonErrors answers what the mux itself answers — a path the API does not have (404), a
+// method an endpoint does not take (405) — as {"error":"…"}, like every other error.
+type jsonErrors struct{ mux *http.ServeMux }
+
+func (j jsonErrors) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := j.mux.Handler(r)
+	if pattern != "" {
+		j.mux.ServeHTTP(w, r) // sets the path values that h reads
+		return
+	}
+	c := &headerRecorder{header: http.Header{}}
+	h.ServeHTTP(c, r)
+	switch c.status {
+	case http.StatusNotFound:
+		writeError(w, c.status, fmt.Sprintf("path %q: no such endpoint; see docs/api.md", r.URL.Path))
+	case http.StatusMethodNotAllowed:
+		allow := c.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		writeError(w, c.status, fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, allow))
+	default:
+		j.mux.ServeHTTP(w, r)
+	}
+}
+
+// headerRecorder keeps the header and status a handler writes and drops its body.
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (h *headerRecorder) Header() http.Header { return h.header }
+
+func (h *headerRecorder) Write(b []byte) (int, error) {
+	if h.status == 0 {
+		h.status = http.StatusOK
+	}
+	return len(b), nil
+}
+
+func (h *headerRecorder) WriteHeader(status int) {
+	if h.status == 0 {
+		h.status = status
+	}
 }
 
 // authorized requires the bearer token, when one is configured, on every method but GET
@@ -174,19 +220,14 @@ func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := a.view.Load()
+	now := a.now()
 	if a.opts.HashKeys {
 		// The API shows hashes; accept a hash back, or the real key.
-		for _, l := range v.levels {
-			if a.display(l.Key.Key) == key {
-				key = l.Key.Key
-				break
-			}
-		}
+		key = a.unhash(v, now, key)
 	}
 	if len(key) > a.opts.MaxKeyBytes {
 		key = key[:a.opts.MaxKeyBytes] // as Accept stored it
 	}
-	now := a.now()
 	covered, _ := a.det.Covered(now)
 	reads, writes := a.det.Estimate([]byte(key))
 	sec := covered.Seconds()
@@ -205,6 +246,33 @@ func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
 		WindowSeconds float64   `json:"window_seconds"`
 		Key
 	}{now.UTC(), sec, j})
+}
+
+// unhash returns the key whose hash is name among the keys the API may have shown: the
+// evaluated ranking, then every ranking of the detector (GET /v1/topk?op=read shows keys
+// the combined ranking may lack); else name itself.
+func (a *Agent) unhash(v *view, now time.Time, name string) string {
+	for _, l := range v.levels {
+		if a.display(l.Key.Key) == name {
+			return l.Key.Key
+		}
+	}
+	if !strings.HasPrefix(name, "h:") {
+		return name
+	}
+	rankings := []int{detector.All, detector.Reads, detector.Writes}
+	if a.opts.Detector.Bytes {
+		rankings = append(rankings, detector.Bytes)
+	}
+	for _, r := range rankings {
+		snap := a.det.Snapshot(now, r, math.MaxInt)
+		for _, k := range snap.Keys {
+			if a.display(k.Key) == name {
+				return k.Key
+			}
+		}
+	}
+	return name
 }
 
 func (a *Agent) healthz(w http.ResponseWriter, _ *http.Request) {

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/hotkeyd/hotkeyd/detector"
 	"github.com/hotkeyd/hotkeyd/sampler"
@@ -22,8 +24,11 @@ type metrics struct {
 	// surprises counts keys turning hot that no armed registry event predicted.
 	surprises prometheus.Counter
 
-	mu      sync.Mutex // guards sources
+	mu      sync.Mutex // guards sources and dropOnly
 	sources map[string]prometheus.Counter
+	// dropOnly holds the source labels seen only in drops, so that sources and dropOnly
+	// together stay within maxSources (plus "other").
+	dropOnly map[string]bool
 
 	keyRate, keyShare, keyHot, keyLevel   *prometheus.Desc
 	traffic, distinct, hot, lag, keysDesc *prometheus.Desc
@@ -56,6 +61,7 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 			Help: "Keys that turned hot while no armed registry event predicted them.",
 		}),
 		sources:  map[string]prometheus.Counter{},
+		dropOnly: map[string]bool{},
 		keyRate:  prometheus.NewDesc("hotkeyd_key_rate", "Estimated requests per second of a key in the top-k, full traffic, by operation.", []string{"key", "op"}, nil),
 		keyShare: prometheus.NewDesc("hotkeyd_key_share", "A top-k key's share of all traffic (0 to 1).", []string{"key"}, nil),
 		keyHot:   prometheus.NewDesc("hotkeyd_key_hot", "1 while a top-k key is hot, else 0.", []string{"key"}, nil),
@@ -85,15 +91,14 @@ func (m *metrics) received(source string, n int) {
 	m.mu.Lock()
 	c, ok := m.sources[source]
 	if !ok {
-		if len(m.sources) >= maxSources {
-			c = m.sources["other"]
+		if !m.dropOnly[source] && m.full() {
+			source = "other"
+			c = m.sources[source]
 		}
 		if c == nil {
-			if len(m.sources) >= maxSources {
-				source = "other"
-			}
 			c = m.samples.WithLabelValues(source)
 			m.sources[source] = c
+			delete(m.dropOnly, source)
 		}
 	}
 	m.mu.Unlock()
@@ -102,11 +107,27 @@ func (m *metrics) received(source string, n int) {
 
 func (m *metrics) dropped(source, reason string, n int) {
 	m.mu.Lock()
-	if _, ok := m.sources[source]; !ok && len(m.sources) >= maxSources {
-		source = "other"
+	if _, ok := m.sources[source]; !ok && !m.dropOnly[source] {
+		if m.full() {
+			source = "other"
+		} else {
+			m.dropOnly[source] = true
+		}
 	}
 	m.mu.Unlock()
 	m.drops.WithLabelValues(source, reason).Add(float64(n))
+}
+
+// full reports whether no new source label may be added; m.mu must be held.
+func (m *metrics) full() bool {
+	n := len(m.sources) + len(m.dropOnly)
+	if _, ok := m.sources["other"]; ok {
+		n--
+	}
+	if m.dropOnly["other"] {
+		n--
+	}
+	return n >= maxSources
 }
 
 func (m *metrics) change(c detector.Change) {
@@ -161,8 +182,13 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			gauge(m.nodeShare, n.Share, n.Primary)
 		}
 	}
+	seen := make(map[string]bool, len(v.levels))
 	for _, l := range v.levels {
-		k := m.a.display(l.Key.Key)
+		k := labelValue(m.a.display(l.Key.Key))
+		if seen[k] { // two keys that differ only in bytes labelValue escapes alike
+			continue
+		}
+		seen[k] = true
 		gauge(m.keyRate, l.ReadRate, k, "read")
 		gauge(m.keyRate, l.WriteRate, k, "write")
 		gauge(m.keyShare, l.Share, k)
@@ -173,6 +199,26 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(m.keyHot, hot, k)
 	}
+}
+
+// labelValue makes a key a valid label value: Prometheus labels are UTF-8, keys are any
+// bytes (binary keys, or keys cut inside a character at limits.max_key_bytes), so each
+// byte that is not part of valid UTF-8 is written as \xNN.
+func labelValue(key string) string {
+	if utf8.ValidString(key) {
+		return key
+	}
+	var b strings.Builder
+	for i := 0; i < len(key); {
+		r, size := utf8.DecodeRuneInString(key[i:])
+		if r == utf8.RuneError && size == 1 {
+			fmt.Fprintf(&b, "\\x%02x", key[i])
+		} else {
+			b.WriteString(key[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // proxyStatser is a source that counts what it does with its clients: the proxy tap.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -55,7 +56,7 @@ func (a *Agent) connectRedis(ctx context.Context) {
 				RefreshPeriod: a.opts.CopyRefresh,
 				GracePeriod:   a.opts.Planner.Lease,
 				Registry:      a.opts.Registry,
-				Logger:        a.log,
+				Logger:        a.keyLogger(),
 				Now:           a.now,
 			})
 			if err != nil {
@@ -86,6 +87,53 @@ func (a *Agent) connectRedis(ctx context.Context) {
 		case <-time.After(5 * time.Second):
 		}
 	}
+}
+
+// keyLogger returns the logger for parts that log keys under the attribute "key" (the
+// executor): the agent's, with those keys shown as hashes when HashKeys is on.
+func (a *Agent) keyLogger() *slog.Logger {
+	if !a.opts.HashKeys {
+		return a.log
+	}
+	return slog.New(hashKeyHandler{a.log.Handler(), a.display})
+}
+
+// hashKeyHandler replaces the value of every "key" attribute, and of "sub_counter" (a
+// name holding the key verbatim), by display(value).
+type hashKeyHandler struct {
+	slog.Handler
+	display func(string) string
+}
+
+func (h hashKeyHandler) hide(at slog.Attr) slog.Attr {
+	if at.Key != "key" && at.Key != "sub_counter" {
+		return at
+	}
+	if v := at.Value.Resolve().String(); v != "" {
+		return slog.String(at.Key, h.display(v))
+	}
+	return at
+}
+
+func (h hashKeyHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(at slog.Attr) bool {
+		out.AddAttrs(h.hide(at))
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h hashKeyHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	hidden := make([]slog.Attr, len(attrs))
+	for i, at := range attrs {
+		hidden[i] = h.hide(at)
+	}
+	return hashKeyHandler{h.Handler.WithAttrs(hidden), h.display}
+}
+
+func (h hashKeyHandler) WithGroup(name string) slog.Handler {
+	return hashKeyHandler{h.Handler.WithGroup(name), h.display}
 }
 
 // closeRedis undoes what the executor did in Redis — deletes every copy, folds every

@@ -170,6 +170,7 @@ func (a *Agent) registryAPI(w http.ResponseWriter, r *http.Request) {
 		}
 		reply := eventReply{Event: e}
 		if rep, ok := a.events.tracker.Report(id, a.now()); ok {
+			a.hideKeys(&rep)
 			reply.Report = &rep
 		}
 		writeJSON(w, http.StatusOK, reply)
@@ -204,6 +205,25 @@ func (a *Agent) registryAPI(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed here; use GET or POST /v1/registry, GET, PUT or DELETE /v1/registry/{id}", r.Method))
 	}
+}
+
+// hideKeys replaces the key names of a report by their hashes when HashKeys is on.
+func (a *Agent) hideKeys(r *registry.Report) {
+	if !a.opts.HashKeys {
+		return
+	}
+	if r.PeakReadKey != "" {
+		r.PeakReadKey = a.display(r.PeakReadKey)
+	}
+	if r.PeakWriteKey != "" {
+		r.PeakWriteKey = a.display(r.PeakWriteKey)
+	}
+	hot := make([]registry.HotKey, len(r.HotKeys))
+	for i, k := range r.HotKeys {
+		k.Key = a.display(k.Key)
+		hot[i] = k
+	}
+	r.HotKeys = hot
 }
 
 func (a *Agent) decodeEvent(w http.ResponseWriter, r *http.Request) (registry.Event, bool) {

@@ -96,7 +96,7 @@ type Detector struct {
 	// TopK is how many of the heaviest keys are tracked. Default 100; allowed 1..10000.
 	TopK int `yaml:"topk"`
 	// Width is the number of counters per row of the count-min sketch.
-	// Default 16384; a power of two in 64..16777216.
+	// Default 16384; a power of two in 64..16777216, and at least 64 × Shards.
 	Width int `yaml:"width"`
 	// Depth is the number of rows (hash functions) of the sketch. Default 4; allowed 1..16.
 	Depth int `yaml:"depth"`

@@ -53,7 +53,7 @@
 //	detector.window                1s              10ms..1h: how far back rates look
 //	detector.ticks                 10              1..1000, and window/ticks ≥ 10ms
 //	detector.topk                  100             1..10000 (--topk)
-//	detector.width                 16384           power of two, 64..16777216 counters per sketch row
+//	detector.width                 16384           power of two, 64..16777216 counters per sketch row, ≥ 64 × detector.shards
 //	detector.depth                 4               1..16 sketch rows
 //	detector.shards                4               power of two, 1..256
 //	detector.bytes                 false           true adds a ranking by bytes moved (/v1/topk?op=bytes)

@@ -75,6 +75,11 @@ func (c Config) Validate() error {
 	v.powerOfTwo("detector.width", d.Width, 64, 1<<24)
 	v.intRange("detector.depth", d.Depth, 1, 16)
 	v.powerOfTwo("detector.shards", d.Shards, 1, 256)
+	if validPowerOfTwo(d.Width, 64, 1<<24) && validPowerOfTwo(d.Shards, 1, 256) && d.Width < 64*d.Shards {
+		v.add("detector.width", d.Width,
+			fmt.Sprintf("leaves fewer than 64 counters to each of the %d detector.shards", d.Shards),
+			fmt.Sprintf("use a power of two between %d and 16777216, or fewer shards", 64*d.Shards))
+	}
 
 	v.intRange("limits.max_key_bytes", c.Limits.MaxKeyBytes, 8, 65536)
 	v.intRange("limits.max_samples_per_report", c.Limits.MaxSamplesPerReport, 1, 1_000_000)
@@ -178,6 +183,11 @@ func (v *validator) intRange(key string, n, lo, hi int) {
 	if n < lo || n > hi {
 		v.add(key, n, "is out of range", fmt.Sprintf("use an integer between %d and %d", lo, hi))
 	}
+}
+
+// validPowerOfTwo reports whether n is a power of two in lo..hi.
+func validPowerOfTwo(n, lo, hi int) bool {
+	return n > 0 && n&(n-1) == 0 && n >= lo && n <= hi
 }
 
 func (v *validator) powerOfTwo(key string, n, lo, hi int) {

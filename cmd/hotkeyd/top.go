@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/hotkeyd/hotkeyd/agent"
 )
@@ -24,6 +26,9 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	once := fs.Bool("once", false, "print one frame and exit (for scripts)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *interval <= 0 {
+		return fmt.Errorf("--interval %v: want a positive duration such as 1s", *interval)
 	}
 	u, err := url.Parse(strings.TrimSuffix(*addr, "/") + "/v1/topk")
 	if err != nil || u.Host == "" {
@@ -111,6 +116,9 @@ func renderTop(w io.Writer, r *agent.TopK, addr string, now time.Time) {
 			since = fmt.Sprintf("HOT %s (%s)", k.HotSince.Local().Format("15:04:05"), now.Sub(*k.HotSince).Round(time.Second))
 		}
 		key := k.Key
+		if strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			key = strconv.Quote(key) // no control character reaches the terminal
+		}
 		if len(key) > 60 {
 			key = key[:57] + "..."
 		}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/agent"
+)
+
+// TestRenderTopEscapesKeys: keys are any bytes; top writes them so that none reaches the
+// terminal as a control sequence (a key holding ESC [ ? 1049 h would switch the screen and
+// leave it switched after top exits).
+func TestRenderTopEscapesKeys(t *testing.T) {
+	r := &agent.TopK{Keys: []agent.Key{
+		{Key: "evil\x1b[?1049h\x1b[?25l", Rate: 10},
+		{Key: "bell\a\r\nline", Rate: 5},
+	}}
+	var buf bytes.Buffer
+	renderTop(&buf, r, "http://127.0.0.1:9736", time.Unix(0, 0))
+	out := buf.String()
+	for _, c := range []string{"\x1b", "\a", "\r"} {
+		if strings.Contains(out, c) {
+			t.Errorf("frame holds the control character %q from a key:\n%q", c, out)
+		}
+	}
+	if !strings.Contains(out, "evil") || !strings.Contains(out, "bell") {
+		t.Errorf("frame lacks the keys:\n%s", out)
+	}
+	if n := strings.Count(out, "\n"); n != 6 {
+		t.Errorf("frame has %d lines; want 6: two header lines, a blank one, the table head, one line per key", n)
+	}
+}
+
+// TestTopBadInterval: a zero or negative --interval is an error naming the flag, not a
+// panic.
+func TestTopBadInterval(t *testing.T) {
+	for _, iv := range []string{"0s", "-1s"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _, err := runCmd(t, ctx, "top", "--addr", "http://127.0.0.1:1", "--interval", iv)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "--interval") {
+			t.Errorf("top --interval %s: %v; want an error naming --interval", iv, err)
+		}
+	}
+}
