@@ -102,6 +102,11 @@ type Agent struct {
 	items    sync.Pool    // *[]detector.Item scratch batches for Accept, so ingest does not allocate
 	lastEval atomic.Int64 // unix nanoseconds of the last evaluation
 
+	// stopping ends the waits of GET /v1/plan when the agent stops, so that SDK clients
+	// holding one do not keep the HTTP server's shutdown waiting for its time limit.
+	stopping    context.Context
+	endStopping context.CancelFunc
+
 	closeOnce sync.Once
 }
 
@@ -135,6 +140,7 @@ func New(o Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{opts: o, det: det, tracker: tr, log: o.Logger, now: o.Now, history: newHistories(o.History)}
+	a.stopping, a.endStopping = context.WithCancel(context.Background())
 	a.opts.Detector = det.Options()
 	if o.Planner.Now == nil {
 		o.Planner.Now = o.Now
@@ -379,6 +385,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // shutdown stops the listeners and sources; HTTP requests in flight get 5 s to finish.
 func (a *Agent) shutdown() {
 	a.closeOnce.Do(func() {
+		a.endStopping() // waiting plan requests answer now, as if no plan came
 		if a.http != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -377,3 +377,49 @@ func TestKeyHistory(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownEndsPlanWaits: SDK clients hold GET /v1/plan?wait= open all the time. A
+// stopping agent answers them at once (304, no newer plan), so the HTTP server's shutdown
+// does not wait out its time limit and warn.
+func TestShutdownEndsPlanWaits(t *testing.T) {
+	var logs syncBuffer
+	a, err := New(Options{HTTPListen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	active := make(chan struct{}, 1)
+	a.http.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateActive {
+			select {
+			case active <- struct{}{}:
+			default:
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	version := a.store.Current().Version
+	status := make(chan int, 1)
+	go func() {
+		r, err := http.Get(fmt.Sprintf("http://%s/v1/plan?after=%d&wait=60s", a.HTTPAddr(), version))
+		if err != nil {
+			t.Errorf("the waiting plan request: %v", err)
+			status <- 0
+			return
+		}
+		r.Body.Close()
+		status <- r.StatusCode
+	}()
+	<-active // the request is being served: waiting for a newer plan
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v; want nil", err)
+	}
+	if s := <-status; s != http.StatusNotModified {
+		t.Errorf("the waiting plan request: status %d; want 304", s)
+	}
+	if strings.Contains(logs.String(), "http shutdown") {
+		t.Errorf("the shutdown waited for the plan request:\n%s", logs.String())
+	}
+}

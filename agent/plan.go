@@ -265,7 +265,9 @@ func (a *Agent) plan(w http.ResponseWriter, r *http.Request) {
 	p := a.store.Current()
 	if hasAfter && p.Version == after && wait > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		stop := context.AfterFunc(a.stopping, cancel) // the agent stops: answer now
 		p, _ = a.store.Wait(ctx, after)
+		stop()
 		cancel()
 	}
 	w.Header().Set("ETag", fmt.Sprintf("%q", strconv.FormatUint(p.Version, 10)))
