@@ -546,7 +546,10 @@ func parseShards(reply any, asked string) (*slotTable, error) {
 			return nil, fmt.Errorf("CLUSTER SHARDS: shard %d: %d slot bounds; want pairs", n, len(slotList))
 		}
 		nodes, _ := fields["nodes"].([]any)
-		primary := ""
+		// The primary: the node with role master, and of those one not failing. After a
+		// failover the old primary stays listed as a master with health "fail" until it
+		// comes back as a replica, in any order with the new one.
+		primary, failing := "", false
 		for _, nd := range nodes {
 			nf, err := pairs(nd)
 			if err != nil {
@@ -554,6 +557,13 @@ func parseShards(reply any, asked string) (*slotTable, error) {
 			}
 			if str(nf["role"]) != "master" {
 				continue
+			}
+			if primary != "" && !failing {
+				break
+			}
+			fail := str(nf["health"]) == "fail"
+			if primary != "" && fail {
+				continue // a second failing master: keep the first
 			}
 			host := str(nf["endpoint"])
 			if host == "" || host == "?" {
@@ -563,8 +573,7 @@ func parseShards(reply any, asked string) (*slotTable, error) {
 			if port == 0 {
 				port, _ = integer(nf["tls-port"])
 			}
-			primary = joinAddr(host, port, asked)
-			break
+			primary, failing = joinAddr(host, port, asked), fail
 		}
 		if primary == "" {
 			return nil, fmt.Errorf("CLUSTER SHARDS: shard %d owns slots but has no node with role master", n)

@@ -134,6 +134,41 @@ func TestTopologyShardsAndSlots(t *testing.T) {
 	}
 }
 
+// TestParseShardsFailedPrimary: after a failover, CLUSTER SHARDS lists the old primary
+// as a master with health "fail" next to the new one, in either order, until it returns
+// as a replica. The slots belong to the one online.
+func TestParseShardsFailedPrimary(t *testing.T) {
+	node := func(port int64, role, health string) []any {
+		return []any{"id", fmt.Sprint("n", port), "port", port, "ip", "127.0.0.1", "endpoint", "127.0.0.1",
+			"role", role, "replication-offset", int64(100), "health", health}
+	}
+	shard := func(nodes ...[]any) []any {
+		ns := make([]any, len(nodes))
+		for i, n := range nodes {
+			ns[i] = n
+		}
+		return []any{"slots", []any{int64(0), int64(SlotCount - 1)}, "nodes", ns}
+	}
+	for _, tt := range []struct {
+		name  string
+		shard []any
+		want  string
+	}{
+		{"old primary first", shard(node(7000, "master", "fail"), node(7003, "master", "online")), "127.0.0.1:7003"},
+		{"old primary last", shard(node(7003, "master", "online"), node(7000, "master", "fail")), "127.0.0.1:7003"},
+		{"replica online", shard(node(7000, "master", "fail"), node(7003, "replica", "online")), "127.0.0.1:7000"},
+		{"both failing", shard(node(7000, "master", "fail"), node(7003, "master", "fail")), "127.0.0.1:7000"},
+	} {
+		st, err := parseShards([]any{tt.shard}, "127.0.0.1:7000")
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if !slices.Equal(st.addrs, []string{tt.want}) {
+			t.Errorf("%s: primaries %v; want [%s]", tt.name, st.addrs, tt.want)
+		}
+	}
+}
+
 func TestTopologyStandalone(t *testing.T) {
 	srv := redistest.Start(t)
 	topo := newTopology(t, TopologyOptions{Seeds: []string{srv.Addr()}})
