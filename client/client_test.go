@@ -240,6 +240,12 @@ func testInvalidateOnWrite(t *testing.T, im impl) {
 		{func() error { return rdb.Append(ctx, "{i}l1:inv", "x").Err() }, "3x"},
 		{func() error { return rdb.Del(ctx, "{i}l1:inv", "{i}other").Err() }, "<nil>"},
 		{func() error { return rdb.Do(ctx, "set", "{i}l1:inv", "do").Err() }, "do"},
+		{func() error { // a command that writes the key from another
+			if err := rdb.Set(ctx, "{i}src", "copied", 0).Err(); err != nil {
+				return err
+			}
+			return rdb.Do(ctx, "copy", "{i}src", "{i}l1:inv", "replace").Err()
+		}, "copied"},
 		{func() error {
 			_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error { p.Set(ctx, "{i}l1:inv", "piped", 0); return nil })
 			return err

@@ -39,7 +39,8 @@
 // TTL (soft expiry) the stale value is served while one background refresh runs, also
 // when refreshes fail (stale-if-error), but never after the hard TTL (HardFactor × TTL,
 // default 2×). TTLs are jittered by ±10 %. A write of the key through this client (any
-// write per sampler.LookupCommand, or any unknown command naming it) drops the local
+// write per sampler.LookupCommand, a key of any command with a destination such as
+// SUNIONSTORE or SORT … STORE, or any unknown command naming it) drops the local
 // value at once, and a load in progress for it is not cached. Staleness bound: a GET
 // through this client never returns a value older than the hard TTL; it returns a value
 // written by another process at most TTL × 1.1 (jitter) + one load after the write

@@ -110,22 +110,21 @@ func (r *Reporter) record(cmd redis.Cmder) {
 		sc.args = append(sc.args, sc.arena[start:end:end])
 		start = end
 	}
-	first, last, step, ok := c.KeyRange(sc.args)
+	k, dest, ok := c.Keys(sc.args)
 	if !ok {
 		return
 	}
+	if dest > 0 {
+		// The destination of a command that reads the other keys (SUNIONSTORE dst src…).
+		r.enqueue(pending{key: argKey(args, sc, dest), op: sampler.OpWrite})
+	}
 	valueAt := valueIndex(name, c)
-	for i := first; i <= last; i += step {
-		p := pending{op: c.Op, counter: c.Counter}
-		if s, ok := args[i].(string); ok {
-			p.key = s // strings are immutable: no copy
-		} else {
-			p.key = string(sc.args[i])
-		}
+	for i := k.First; i <= k.Last; i += k.Step {
+		p := pending{key: argKey(args, sc, i), op: k.Op, counter: c.Counter}
 		switch {
-		case c.Op == sampler.OpRead:
-			p.bytes = replySize(cmd, (i-first)/step)
-		case valueAt > 0 && i+valueAt < len(sc.args):
+		case c.Op == sampler.OpRead: // a read alone, whose reply holds what it read
+			p.bytes = replySize(cmd, (i-k.First)/k.Step)
+		case k.Op == sampler.OpWrite && valueAt > 0 && i+valueAt < len(sc.args):
 			p.bytes = clampSize(len(sc.args[i+valueAt]))
 		}
 		r.enqueue(p)
@@ -133,6 +132,14 @@ func (r *Reporter) record(cmd redis.Cmder) {
 	if cap(sc.arena) > 64<<10 { // do not pool a buffer grown by one huge value
 		sc.arena = nil
 	}
+}
+
+// argKey returns the key at args[i], which sc.args holds as bytes.
+func argKey(args []any, sc *scratch, i int) string {
+	if s, ok := args[i].(string); ok {
+		return s // strings are immutable: no copy
+	}
+	return string(sc.args[i])
 }
 
 // valueIndex returns where a write's value sits relative to its key (SET k v: 1), or 0

@@ -121,26 +121,52 @@ func (c *Client) classify(cmd redis.Cmder) write {
 		if noKeys(name) {
 			return write{}
 		}
-		// An unknown command (SORT … STORE, OBJECT, MIGRATE, a module's): any argument
-		// may be a key it writes.
-		w := write{write: true}
-		for _, a := range args[1:] {
-			w.keys = append(w.keys, argString(a))
-		}
-		return w
+		// An unknown command (MIGRATE, a module's): any argument may be a key it
+		// writes.
+		return writeAll(args)
 	}
 	if spec.Op != sampler.OpWrite {
 		return write{}
 	}
-	first, last, step, ok := keyRange(spec, args)
+	if spec.Store > 0 {
+		// SORT and GEORADIUS write only with a STORE or STOREDIST option; with one, as
+		// when they were not in the table, any argument may be a key they write.
+		for _, a := range args[2:] {
+			if s := argString(a); strings.EqualFold(s, "store") || strings.EqualFold(s, "storedist") {
+				return writeAll(args)
+			}
+		}
+		return write{}
+	}
+	k, dest, ok := callKeys(spec, args)
 	if !ok {
+		if spec.Dest > 0 && spec.Dest < len(args) {
+			// A bad numkeys: Redis refuses the command, but its destination is the key
+			// it would write.
+			return write{write: true, keys: []string{argString(args[spec.Dest])}}
+		}
 		return write{}
 	}
 	w := write{write: true}
-	for i := first; i <= last; i += step {
+	if dest > 0 {
+		w.keys = append(w.keys, argString(args[dest]))
+	}
+	// The keys a command with a destination only reads (SUNIONSTORE dst src…) are taken
+	// for written too, as before the table told them apart: their L1 values are dropped
+	// and a split one is read from the original until the next plan.
+	for i := k.First; i <= k.Last; i += k.Step {
 		w.keys = append(w.keys, argString(args[i]))
 	}
 	w.mirrorable = len(w.keys) == 1 && spec.NumKeysAt == 0 && !blocking(name)
+	return w
+}
+
+// writeAll is a command that may write any of its arguments.
+func writeAll(args []any) write {
+	w := write{write: true}
+	for _, a := range args[1:] {
+		w.keys = append(w.keys, argString(a))
+	}
 	return w
 }
 
@@ -166,8 +192,8 @@ func blocking(name string) bool {
 	return false
 }
 
-// keyRange is sampler.Command.KeyRange on go-redis arguments.
-func keyRange(c sampler.Command, args []any) (first, last, step int, ok bool) {
+// callKeys is sampler.Command.Keys on go-redis arguments.
+func callKeys(c sampler.Command, args []any) (k sampler.Keys, dest int, ok bool) {
 	numKeys := -1
 	if c.NumKeysAt > 0 && c.NumKeysAt < len(args) {
 		switch v := args[c.NumKeysAt].(type) {
@@ -181,7 +207,7 @@ func keyRange(c sampler.Command, args []any) (first, last, step int, ok bool) {
 			}
 		}
 	}
-	return c.KeyRangeOf(len(args), numKeys)
+	return c.KeysOf(len(args), numKeys)
 }
 
 // argString returns an argument as Redis receives it.

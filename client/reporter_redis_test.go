@@ -47,6 +47,20 @@ func TestReporterRedis(t *testing.T) {
 		{"INCR", func() error { return rdb.Incr(ctx, "hits").Err() }, []string{"checkout write hits counter"}},
 		{"INCRBY", func() error { return rdb.IncrBy(ctx, "hits", 5).Err() }, []string{"checkout write hits counter"}},
 		{"HSET", func() error { return rdb.HSet(ctx, "h", "f", "v").Err() }, []string{"checkout write h"}},
+		{"SADD", func() error { return rdb.SAdd(ctx, "s:a", "1", "2").Err() }, []string{"checkout write s:a"}},
+		{"SUNIONSTORE", func() error {
+			if n, err := rdb.SUnionStore(ctx, "s:dst", "s:a", "s:b").Result(); err != nil || n != 2 {
+				return fmt.Errorf("got %d, %v; want 2", n, err)
+			}
+			return nil
+		}, []string{"checkout write s:dst", "checkout read s:a", "checkout read s:b"}},
+		{"ZUNIONSTORE", func() error {
+			return rdb.ZUnionStore(ctx, "z:dst", &redis.ZStore{Keys: []string{"z:a", "z:b"}, Weights: []float64{1, 2}}).Err()
+		}, []string{"checkout write z:dst", "checkout read z:a", "checkout read z:b"}},
+		{"SORT STORE", func() error { return rdb.SortStore(ctx, "s:a", "s:sorted", &redis.Sort{}).Err() },
+			[]string{"checkout write s:sorted", "checkout read s:a"}},
+		{"COPY", func() error { return rdb.Copy(ctx, "s:a", "s:copy", 0, true).Err() },
+			[]string{"checkout write s:copy", "checkout read s:a"}},
 		{"pipeline", func() error {
 			_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 				p.Get(ctx, "user:1")

@@ -1,6 +1,9 @@
 package sampler
 
 import (
+	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -41,8 +44,8 @@ func TestCommandKeys(t *testing.T) {
 			t.Errorf("%q: op %v counter %v; want %v %v", tt.cmd, c.Op, c.Counter, tt.op, tt.counter)
 		}
 		var got []string
-		if first, last, step, ok := c.KeyRange(args); ok {
-			for i := first; i <= last; i += step {
+		if k, _, ok := c.Keys(args); ok {
+			for i := k.First; i <= k.Last; i += k.Step {
 				got = append(got, string(args[i]))
 			}
 		}
@@ -64,14 +67,14 @@ func TestLookupCommandAllocs(t *testing.T) {
 	}
 }
 
-// TestKeyRangeHugeNumKeys checks that a numkeys so large that the last key's index
+// TestKeysHugeNumKeys checks that a numkeys so large that the last key's index
 // overflows is not taken for a key range.
-func TestKeyRangeHugeNumKeys(t *testing.T) {
+func TestKeysHugeNumKeys(t *testing.T) {
 	c, _ := LookupCommand([]byte("EVAL"))
 	for _, nk := range []string{"9223372036854775807", "9223372036854775806"} {
 		args := [][]byte{[]byte("EVAL"), []byte("s"), []byte(nk), []byte("k")}
-		if first, last, step, ok := c.KeyRange(args); ok {
-			t.Errorf("EVAL s %s k: got keys %d..%d step %d, ok; want not ok (numkeys over the arguments)", nk, first, last, step)
+		if k, _, ok := c.Keys(args); ok {
+			t.Errorf("EVAL s %s k: got keys %+v, ok; want not ok (numkeys over the arguments)", nk, k)
 		}
 	}
 }
@@ -119,8 +122,8 @@ func TestCommandKeysBeyondFixedPositions(t *testing.T) {
 			t.Errorf("%q: op %v; want %v", tt.cmd, c.Op, tt.op)
 		}
 		var got []string
-		if first, last, step, ok := c.KeyRange(args); ok {
-			for i := first; i <= last; i += step {
+		if k, _, ok := c.Keys(args); ok {
+			for i := k.First; i <= k.Last; i += k.Step {
 				got = append(got, string(args[i]))
 			}
 		}
@@ -130,7 +133,220 @@ func TestCommandKeysBeyondFixedPositions(t *testing.T) {
 	}
 	args := [][]byte{[]byte("XREAD"), []byte("STREAMS"), []byte("s"), []byte("0")}
 	c, _ := LookupCommand(args[0])
-	if n := testing.AllocsPerRun(100, func() { c.KeyRange(args) }); n != 0 {
-		t.Errorf("KeyRange of XREAD allocates %v times; want 0", n)
+	if n := testing.AllocsPerRun(100, func() { c.Keys(args) }); n != 0 {
+		t.Errorf("Keys of XREAD allocates %v times; want 0", n)
 	}
+}
+
+// fieldArgs splits a command line at spaces into arguments.
+func fieldArgs(line string) [][]byte {
+	var args [][]byte
+	for _, f := range strings.Fields(line) {
+		args = append(args, []byte(f))
+	}
+	return args
+}
+
+// describeKeys renders the keys of a call in argument order, each with its op:
+// "write d, read a". It fails t when Keys returns indexes outside args, a destination
+// among the other keys, or a Step below 1.
+func describeKeys(t testing.TB, k Keys, dest int, args [][]byte) string {
+	t.Helper()
+	type key struct {
+		i  int
+		op Op
+	}
+	var keys []key
+	if k.Step < 1 {
+		t.Fatalf("%q: Step %d; want ≥ 1", args, k.Step)
+	}
+	for i := k.First; i <= k.Last; i += k.Step {
+		if i < 1 || i >= len(args) || i == dest {
+			t.Fatalf("%q: key index %d of %+v: want 1 ≤ i < %d, not the destination %d", args, i, k, len(args), dest)
+		}
+		keys = append(keys, key{i, k.Op})
+	}
+	if dest != 0 {
+		if dest < 1 || dest >= len(args) || k.Op != OpRead {
+			t.Fatalf("%q: destination %d with op %v; want 1 ≤ dest < %d, the other keys read", args, dest, k.Op, len(args))
+		}
+		keys = append(keys, key{dest, OpWrite})
+	}
+	slices.SortFunc(keys, func(a, b key) int { return a.i - b.i })
+	var out []string
+	for _, x := range keys {
+		out = append(out, fmt.Sprintf("%v %s", x.op, args[x.i]))
+	}
+	return strings.Join(out, ", ")
+}
+
+// TestCommandKeysDestination checks the commands that write one key and read the others,
+// each key with its own op, and their calls with too few arguments or a bad numkeys.
+func TestCommandKeysDestination(t *testing.T) {
+	tests := []struct {
+		cmd, want string // want "" for no keys
+	}{
+		{"copy a b", "read a, write b"},
+		{"COPY a b DB 1 REPLACE", "read a, write b"},
+		{"copy a", ""},
+		{"copy", ""},
+		{"sunionstore d a b", "write d, read a, read b"},
+		{"SINTERSTORE d a", "write d, read a"},
+		{"sdiffstore d a b c", "write d, read a, read b, read c"},
+		{"sunionstore d", "write d"}, // Redis refuses it; its destination is still named
+		{"sunionstore", ""},
+		{"bitop and d a b", "write d, read a, read b"},
+		{"BITOP NOT d a", "write d, read a"},
+		{"bitop and d", "write d"},
+		{"bitop and", ""},
+		{"pfmerge d a b", "write d, read a, read b"},
+		{"pfmerge d", "write d"}, // valid: an empty HyperLogLog
+		{"pfmerge", ""},
+		{"zrangestore d z 0 -1 rev", "write d, read z"},
+		{"zrangestore d", "write d"},
+		{"geosearchstore d g frommember m byradius 10 km storedist", "write d, read g"},
+		{"geosearchstore", ""},
+		{"zunionstore d 2 a b weights 1 2 aggregate max", "write d, read a, read b"},
+		{"ZINTERSTORE d 1 a", "write d, read a"},
+		{"zdiffstore d 2 a b", "write d, read a, read b"},
+		{"zunionstore d x a", ""},   // numkeys not a number
+		{"zunionstore d 3 a b", ""}, // numkeys over the arguments
+		{"zunionstore d 2 a", ""},
+		{"zunionstore d 0 a", ""},
+		{"zunionstore d -1 a", ""},
+		{"zunionstore d 9223372036854775807 a", ""},
+		{"zunionstore d 2", ""},
+		{"zunionstore d", ""},
+		{"zunionstore", ""},
+		{"sort k", "read k"},
+		{"sort k by w_* get # get o_* limit 0 10 desc alpha", "read k"},
+		{"sort k store d", "read k, write d"},
+		{"SORT k STORE d", "read k, write d"},
+		{"Sort k LIMIT 0 5 StOrE d", "read k, write d"},
+		{"sort k store d1 store d2", "read k, write d2"}, // the last STORE counts, as in Redis
+		{"sort k by store", "read k"},                    // a pattern spelled STORE
+		{"sort k get store store d", "read k, write d"},
+		{"sort k limit store store", "read k"},
+		{"sort k store", "read k"}, // STORE last, no destination
+		{"sort", ""},
+		{"georadius g 15 37 200 km", "read g"},
+		{"georadius g 15 37 200 km withdist count 5 any asc store d", "read g, write d"},
+		{"GEORADIUS g 15 37 200 km STOREDIST d", "read g, write d"},
+		{"georadius g 15 37 200 km store d1 storedist d2", "read g, write d2"},
+		{"georadius g 15 37 200 km count store", "read g"},
+		{"georadius g 15 37 200 km store", "read g"},
+		{"georadius g store d", "read g"}, // before the options: no destination
+		{"georadiusbymember g store 100 km", "read g"},
+		{"georadiusbymember g m 100 km store d", "read g, write d"},
+		{"georadiusbymember g m 100 km storedist d", "read g, write d"},
+		// A key popped from one key and pushed to another is written twice.
+		{"lmove a b left right", "write a, write b"},
+		{"rpoplpush a b", "write a, write b"},
+		{"smove a b m", "write a, write b"},
+		{"blmove a b left right 0", "write a, write b"},
+	}
+	for _, tt := range tests {
+		args := fieldArgs(tt.cmd)
+		c, ok := LookupCommand(args[0])
+		if !ok {
+			t.Errorf("%q: not in the command table", tt.cmd)
+			continue
+		}
+		if c.Op != OpWrite {
+			t.Errorf("%q: command op %v; want write, what a caller that looks at Op alone sees", tt.cmd, c.Op)
+		}
+		got := ""
+		if k, dest, ok := c.Keys(args); ok {
+			got = describeKeys(t, k, dest, args)
+		}
+		if got != tt.want {
+			t.Errorf("%q: got %q; want %q", tt.cmd, got, tt.want)
+		}
+	}
+}
+
+// TestKeysOf checks that KeysOf, given the number of arguments and numkeys, finds what
+// Keys finds, except for the commands whose keys depend on other arguments, for which it
+// finds none.
+func TestKeysOf(t *testing.T) {
+	for _, line := range []string{
+		"get a", "mset a 1 b 2", "copy a b", "copy a", "sunionstore d a b", "sunionstore d",
+		"bitop and d a", "zunionstore d 2 a b", "zunionstore d x a", "zunionstore d 3 a b",
+		"eval s 1 k", "pfmerge d", "sort k store d", "georadius g 1 2 3 km store d", "xread streams s 0",
+	} {
+		args := fieldArgs(line)
+		c, _ := LookupCommand(args[0])
+		numKeys := -1
+		if c.NumKeysAt > 0 && c.NumKeysAt < len(args) {
+			if n, err := strconv.Atoi(string(args[c.NumKeysAt])); err == nil {
+				numKeys = n
+			}
+		}
+		want, wantDest, wantOK := c.Keys(args)
+		if c.Streams || c.Store > 0 {
+			want, wantDest, wantOK = Keys{}, 0, false
+		}
+		if got, dest, ok := c.KeysOf(len(args), numKeys); got != want || dest != wantDest || ok != wantOK {
+			t.Errorf("%q: KeysOf %+v, %d, %v; want %+v, %d, %v", line, got, dest, ok, want, wantDest, wantOK)
+		}
+	}
+}
+
+// TestKeysDestinationAllocs checks that finding the keys of the commands with a
+// destination allocates nothing.
+func TestKeysDestinationAllocs(t *testing.T) {
+	for _, line := range []string{"sunionstore d a b", "zunionstore d 2 a b", "sort k by w get o limit 0 1 store d"} {
+		args := fieldArgs(line)
+		c, _ := LookupCommand(args[0])
+		if n := testing.AllocsPerRun(100, func() { c.Keys(args) }); n != 0 {
+			t.Errorf("Keys of %q allocates %v times; want 0", line, n)
+		}
+	}
+}
+
+// FuzzCommandKeys checks that for any arguments Keys returns keys within them, with a
+// destination apart from the others, and that sampling them does not panic and gives one
+// sample per key with its op.
+func FuzzCommandKeys(f *testing.F) {
+	for _, s := range []string{
+		"get a", "mset a 1 b", "eval s 2 k1 k2", "xread streams s1 s2 0 0", "object encoding k",
+		"copy a b", "copy a", "sunionstore d a b", "sunionstore d", "bitop and d a b", "bitop and",
+		"pfmerge d", "zrangestore d z 0 -1", "geosearchstore d g frommember m byradius 1 km",
+		"zunionstore d 2 a b weights 1 2", "zunionstore d x a", "zunionstore d 3 a b",
+		"zinterstore d -9223372036854775808 a", "sort k", "SORT k STORE d", "sort k store",
+		"sort k limit 0", "sort k get store store d", "georadius g 1 2 3 km store d",
+		"georadiusbymember g m 3 km storedist", "lmove a b left right",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		args := fieldArgs(line)
+		if len(args) == 0 {
+			return
+		}
+		c, ok := LookupCommand(args[0])
+		if !ok {
+			return
+		}
+		k, dest, ok := c.Keys(args)
+		if !ok {
+			return
+		}
+		want := describeKeys(t, k, dest, args) // checks the indexes
+		sizes := make([]int64, len(args))
+		for i, a := range args {
+			sizes[i] = int64(len(a))
+		}
+		samples, _ := appendKeySamples(nil, args, sizes, len(args))
+		var got []string
+		for _, s := range samples {
+			got = append(got, fmt.Sprintf("%v %s", s.Op, s.Key))
+		}
+		slices.Sort(got)
+		wantKeys := strings.Split(want, ", ")
+		slices.Sort(wantKeys)
+		if !slices.Equal(got, wantKeys) {
+			t.Fatalf("%q: samples %q; want %q", line, got, wantKeys)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package sampler
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -206,6 +207,12 @@ func TestMonitor(t *testing.T) {
 	expect("m:n", OpWrite, true, 0)
 	c.MGet(ctx, "m:a", "m:b")
 	expect("m:b", OpRead, false, 0)
+	// A command that writes one key from others: a write of it, reads of the others.
+	c.SAdd(ctx, "m:s1", "x")
+	c.SUnionStore(ctx, "m:dst", "m:s1", "m:s2")
+	expect("m:dst", OpWrite, false, 0)
+	expect("m:s1", OpRead, false, 0)
+	expect("m:s2", OpRead, false, 0)
 	big := strings.Repeat("\x01", 100<<10) // escaped to 400 KiB: a line longer than MaxLineBytes
 	c.Set(ctx, "m:big", big, 0)
 	expect("m:big", OpWrite, false, 0)
@@ -260,5 +267,43 @@ func TestMonitorMaxKeyBytesSparesCommandName(t *testing.T) {
 	m.flush()
 	if len(got) != 1 || string(got[0].Key) != "user" || got[0].Op != OpWrite || !got[0].Truncated {
 		t.Fatalf("HINCRBY user:42 with MaxKeyBytes 4: got %+v; want one truncated write of \"user\"", got)
+	}
+}
+
+// TestMonitorDestination checks that a MONITOR line of a command that writes one key and
+// reads others gives a write of the one and reads of the others, and that a line cut
+// short before the destination gives the reads alone.
+func TestMonitorDestination(t *testing.T) {
+	var got []string
+	m, err := NewMonitor(MonitorOptions{SampleEvery: 1, Sink: SinkFunc(func(b Batch) {
+		for _, s := range b.Samples {
+			got = append(got, fmt.Sprintf("%v %s", s.Op, s.Key))
+		}
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		line    string
+		partial bool
+		want    []string
+	}{
+		{`"SORT" "k" "BY" "store" "STORE" "d"`, false, []string{"write d", "read k"}},
+		{`"sort" "k"`, false, []string{"read k"}},
+		{`"ZUNIONSTORE" "d" "2" "a" "b" "WEIGHTS" "1" "2"`, false, []string{"write d", "read a", "read b"}},
+		{`"COPY" "a" "b"`, false, []string{"write b", "read a"}},
+		{`"SORT" "k" "STORE" "dd`, true, []string{"read k"}},
+	}
+	for _, tt := range tests {
+		got = nil
+		line := `+1700000000.000001 [0 127.0.0.1:5000] ` + tt.line
+		if !tt.partial {
+			line += "\r\n"
+		}
+		m.sampleLine([]byte(line), tt.partial)
+		m.flush()
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: got %q; want %q", tt.line, got, tt.want)
+		}
 	}
 }

@@ -632,10 +632,13 @@ func (pc *proxyConn) sample(ps *RESPParser) {
 
 // appendKeySamples appends one Sample per key of the command in args, whose full sizes
 // are in sizes (an argument may have been kept only in part) and which had nargs
-// arguments in all. A key kept only in part is sampled by its prefix, marked Truncated;
-// tooLarge is one when arguments past those kept were lost. Bytes is the size of the value written
-// when that is plain from the arguments: the value after each key of MSET, the arguments
-// after the key of a single-key write (SET key value, LPUSH key a b); 0 otherwise.
+// arguments in all. Each key is sampled with what the command does to it: a command
+// that writes one key from others (SUNIONSTORE dst src…, COPY src dst) gives a write of
+// the destination and reads of the sources. A key kept only in part is sampled by its
+// prefix, marked Truncated; tooLarge is one when arguments past those kept were lost.
+// Bytes is the size of the value written when that is plain from the arguments: the
+// value after each key of MSET, the arguments after the key of a single-key write (SET
+// key value, LPUSH key a b); 0 otherwise.
 func appendKeySamples(dst []Sample, args [][]byte, sizes []int64, nargs int) (out []Sample, tooLarge int) {
 	if len(args) == 0 {
 		return dst, 0
@@ -644,25 +647,31 @@ func appendKeySamples(dst []Sample, args [][]byte, sizes []int64, nargs int) (ou
 	if !ok {
 		return dst, 0
 	}
-	first, last, step, ok := cmd.KeyRange(args)
+	k, dest, ok := cmd.Keys(args)
 	if !ok {
 		return dst, 0
 	}
 	if nargs > len(args) {
 		tooLarge++ // keys past the kept arguments are lost
 	}
-	for i := first; i <= last; i += step {
+	if dest > 0 {
+		dst = append(dst, Sample{
+			Key: args[dest], Op: OpWrite, Count: 1,
+			Truncated: sizes[dest] > int64(len(args[dest])),
+		})
+	}
+	for i := k.First; i <= k.Last; i += k.Step {
 		var size int64
 		switch {
-		case step == 2 && i+1 < len(args):
+		case k.Step == 2 && i+1 < len(args):
 			size = sizes[i+1] // MSET key value …
-		case cmd.Op == OpWrite && !cmd.Counter && cmd.NumKeysAt == 0 && cmd.First == cmd.Last:
-			for j := last + 1; j < len(args); j++ {
+		case k.Op == OpWrite && !cmd.Counter && cmd.NumKeysAt == 0 && cmd.First == cmd.Last:
+			for j := k.Last + 1; j < len(args); j++ {
 				size += sizes[j] // SET key value, LPUSH key a b …
 			}
 		}
 		dst = append(dst, Sample{
-			Key: args[i], Op: cmd.Op, Counter: cmd.Counter, Count: 1,
+			Key: args[i], Op: k.Op, Counter: cmd.Counter, Count: 1,
 			Bytes:     uint32(min(size, math.MaxUint32)),
 			Truncated: sizes[i] > int64(len(args[i])),
 		})

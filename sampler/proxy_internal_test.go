@@ -28,7 +28,9 @@ func flushTestBatches(p *Proxy) { p.drain() }
 func TestProxySampleAllocs(t *testing.T) {
 	for _, every := range []int{1, 100} {
 		pc := newTestProxyConn(t, every)
-		stream := []byte(strings.Repeat(respCmd("SET", "key:000000001", "xxx")+respCmd("MGET", "a", "b", "c"), 50))
+		stream := []byte(strings.Repeat(respCmd("SET", "key:000000001", "xxx")+respCmd("MGET", "a", "b", "c")+
+			respCmd("SUNIONSTORE", "d", "a", "b")+respCmd("ZUNIONSTORE", "d", "2", "a", "b")+
+			respCmd("SORT", "k", "BY", "w_*", "STORE", "d"), 50))
 		run := func() {
 			pc.parse(stream)
 			flushTestBatches(pc.p)
@@ -89,6 +91,52 @@ func TestAppendKeySamplesTruncated(t *testing.T) {
 	}
 	if _, lost := appendKeySamples(nil, args, sizes, 5); lost != 1 {
 		t.Errorf("arguments past those kept: lost %d; want 1", lost)
+	}
+}
+
+// TestAppendKeySamplesDestination: a command that writes one key from others gives a
+// write of that key and reads of the others, none with a value size, and marks a
+// destination kept only in part as truncated.
+func TestAppendKeySamplesDestination(t *testing.T) {
+	tests := []struct {
+		args  []string
+		sizes []int64 // nil: the arguments' own lengths
+		want  []string
+	}{
+		{[]string{"SUNIONSTORE", "d", "a", "b"}, nil, []string{"write d", "read a", "read b"}},
+		{[]string{"copy", "src", "dst", "REPLACE"}, nil, []string{"write dst", "read src"}},
+		{[]string{"BITOP", "AND", "d", "a"}, nil, []string{"write d", "read a"}},
+		{[]string{"ZINTERSTORE", "d", "2", "a", "b", "WEIGHTS", "1", "2"}, nil, []string{"write d", "read a", "read b"}},
+		{[]string{"SORT", "k", "LIMIT", "0", "10", "STORE", "d"}, nil, []string{"write d", "read k"}},
+		{[]string{"SORT", "k"}, nil, []string{"read k"}},
+		{[]string{"SORT", "k", "STORE"}, nil, []string{"read k"}},
+		{[]string{"PFMERGE", "d"}, nil, []string{"write d"}},
+		{[]string{"SUNIONSTORE", "dest", "a"}, []int64{11, 900, 1}, []string{"write dest truncated", "read a"}},
+	}
+	for _, tt := range tests {
+		args := make([][]byte, len(tt.args))
+		sizes := tt.sizes
+		for i, a := range tt.args {
+			args[i] = []byte(a)
+			if tt.sizes == nil {
+				sizes = append(sizes, int64(len(a)))
+			}
+		}
+		samples, lost := appendKeySamples(nil, args, sizes, len(args))
+		var got []string
+		for _, s := range samples {
+			str := fmt.Sprintf("%v %s", s.Op, s.Key)
+			if s.Truncated {
+				str += " truncated"
+			}
+			if s.Bytes != 0 || s.Counter || s.Count != 1 {
+				t.Errorf("%q: sample %+v; want no bytes, no counter, count 1", tt.args, s)
+			}
+			got = append(got, str)
+		}
+		if lost != 0 || !slices.Equal(got, tt.want) {
+			t.Errorf("%q: got %q, %d lost; want %q, 0 lost", tt.args, got, lost, tt.want)
+		}
 	}
 }
 

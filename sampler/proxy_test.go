@@ -273,6 +273,74 @@ func TestProxyCommands(t *testing.T) {
 	})
 }
 
+// TestProxyDestinationCommands runs commands that write one key from others through the
+// proxy to a real server: each samples its destination as a write and the keys it reads
+// as reads.
+func TestProxyDestinationCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	sink := newRecordSink()
+	p := startProxy(t, sampler.ProxyOptions{
+		Upstream: srv.Addr(), SampleEvery: 1, Sink: sink, FlushInterval: 10 * time.Millisecond,
+	})
+	ctx := context.Background()
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	viaProxy := redis.NewClient(&redis.Options{Addr: p.Addr().String()})
+	defer viaProxy.Close()
+	direct.SAdd(ctx, "d:a", "1", "2")
+	direct.SAdd(ctx, "d:b", "2", "3")
+	direct.ZAdd(ctx, "d:z", redis.Z{Score: 1, Member: "m"})
+	direct.RPush(ctx, "d:list", "3", "1", "2")
+
+	if n, err := viaProxy.SUnionStore(ctx, "d:union", "d:a", "d:b").Result(); err != nil || n != 3 {
+		t.Fatalf("SUNIONSTORE: got %d, %v; want 3", n, err)
+	}
+	if n, err := viaProxy.ZUnionStore(ctx, "d:zunion", &redis.ZStore{Keys: []string{"d:z"}, Weights: []float64{2}}).Result(); err != nil || n != 1 {
+		t.Fatalf("ZUNIONSTORE: got %d, %v; want 1", n, err)
+	}
+	if n, err := viaProxy.SortStore(ctx, "d:list", "d:sorted", &redis.Sort{Order: "ASC"}).Result(); err != nil || n != 3 {
+		t.Fatalf("SORT … STORE: got %d, %v; want 3", n, err)
+	}
+	if got, err := viaProxy.Sort(ctx, "d:list", &redis.Sort{Order: "DESC"}).Result(); err != nil || fmt.Sprint(got) != "[3 2 1]" {
+		t.Fatalf("SORT: got %v, %v; want [3 2 1]", got, err)
+	}
+	if got, err := direct.SMembers(ctx, "d:union").Result(); err != nil || len(got) != 3 {
+		t.Fatalf("members of d:union, read directly: got %v, %v; want 3", got, err)
+	}
+	tests := []struct {
+		key string
+		ops []sampler.Op // in the order of the commands above
+	}{
+		{"d:union", []sampler.Op{sampler.OpWrite}},
+		{"d:a", []sampler.Op{sampler.OpRead}},
+		{"d:b", []sampler.Op{sampler.OpRead}},
+		{"d:zunion", []sampler.Op{sampler.OpWrite}},
+		{"d:z", []sampler.Op{sampler.OpRead}},
+		{"d:sorted", []sampler.Op{sampler.OpWrite}},
+		{"d:list", []sampler.Op{sampler.OpRead, sampler.OpRead}},
+	}
+	for _, tt := range tests {
+		waitFor(t, "samples of "+tt.key, func() bool { return len(sink.find(tt.key)) >= len(tt.ops) })
+		got := sink.find(tt.key)
+		var ops []sampler.Op
+		for _, s := range got {
+			ops = append(ops, s.op)
+			if s.bytes != 0 || s.counter || s.count != 1 {
+				t.Errorf("%s: sample %+v; want no bytes, no counter, count 1", tt.key, s)
+			}
+		}
+		if fmt.Sprint(ops) != fmt.Sprint(tt.ops) {
+			t.Errorf("%s: got ops %v; want %v", tt.key, ops, tt.ops)
+		}
+	}
+	// The arguments that are not keys are not sampled.
+	for _, notKey := range []string{"1", "2", "WEIGHTS", "STORE", "ASC", "DESC"} {
+		if got := sink.find(notKey); len(got) != 0 {
+			t.Errorf("samples of %q: got %d; want 0", notKey, len(got))
+		}
+	}
+}
+
 // TestProxySampleRate checks that 1 in SampleEvery commands is sampled, and that the
 // batches say so.
 func TestProxySampleRate(t *testing.T) {
