@@ -284,6 +284,11 @@ func (m *Monitor) sampleLine(line []byte, partial bool) {
 		return
 	}
 	args := m.line.args
+	if len(args) > 0 && isScriptCall(args[0]) {
+		// Redis echoes each command a script or function runs, as a line of client
+		// "lua" sampled with its own read or write: the call's keys would count twice.
+		return
+	}
 	nargs := len(args)
 	if partial {
 		nargs++ // arguments were cut off
@@ -455,4 +460,15 @@ func monitorTimestamp(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// isScriptCall reports whether name, in any case, runs a script or function: EVAL,
+// EVALSHA, FCALL and their _RO forms.
+func isScriptCall(name []byte) bool {
+	for _, kw := range [...]string{"EVAL", "EVALSHA", "FCALL", "EVAL_RO", "EVALSHA_RO", "FCALL_RO"} {
+		if isWord(name, kw) {
+			return true
+		}
+	}
+	return false
 }

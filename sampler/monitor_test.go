@@ -213,6 +213,27 @@ func TestMonitor(t *testing.T) {
 	expect("m:dst", OpWrite, false, 0)
 	expect("m:s1", OpRead, false, 0)
 	expect("m:s2", OpRead, false, 0)
+	// A script: Redis echoes the commands it runs (client "lua"), which carry their own
+	// read or write; the EVAL line's keys are not sampled as well.
+	c.Eval(ctx, "return redis.call('GET', KEYS[1])", []string{"m:lua"})
+	c.Get(ctx, "m:marker")
+	var lua []Op
+	for marker := false; !marker; {
+		select {
+		case s := <-sink.ch:
+			switch string(s.Key) {
+			case "m:lua":
+				lua = append(lua, s.Op)
+			case "m:marker":
+				marker = true
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no sample of m:marker after 5s")
+		}
+	}
+	if !slices.Equal(lua, []Op{OpRead}) {
+		t.Errorf("EVAL of a script that GETs m:lua: samples of m:lua with ops %v; want one read", lua)
+	}
 	big := strings.Repeat("\x01", 100<<10) // escaped to 400 KiB: a line longer than MaxLineBytes
 	c.Set(ctx, "m:big", big, 0)
 	expect("m:big", OpWrite, false, 0)
