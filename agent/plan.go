@@ -271,6 +271,7 @@ func (a *Agent) plan(w http.ResponseWriter, r *http.Request) {
 		cancel()
 	}
 	w.Header().Set("ETag", fmt.Sprintf("%q", strconv.FormatUint(p.Version, 10)))
+	w.Header().Set("Cache-Control", "no-cache")
 	if hasAfter && p.Version == after {
 		w.WriteHeader(http.StatusNotModified)
 		return

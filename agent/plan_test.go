@@ -81,6 +81,19 @@ func TestPlanL1ForSDKReaders(t *testing.T) {
 	}
 }
 
+// TestPlanNoCache: docs/plan.md promises Cache-Control: no-cache with the ETag, on 200 and
+// on 304, so that no HTTP cache between agent and SDK serves an old plan.
+func TestPlanNoCache(t *testing.T) {
+	a, _, h := newTestAgent(t, Options{})
+	v := a.store.Current().Version
+	for _, target := range []string{"/v1/plan", fmt.Sprintf("/v1/plan?after=%d&wait=10ms", v)} {
+		w := do(t, h, "GET", target, "")
+		if got := w.Header().Get("Cache-Control"); got != "no-cache" {
+			t.Errorf("GET %s: %d with Cache-Control %q; want no-cache", target, w.Code, got)
+		}
+	}
+}
+
 func TestOverridesAPI(t *testing.T) {
 	_, _, h := newTestAgent(t, Options{AuthToken: "tk"})
 	auth := []string{"Authorization", "Bearer tk"}

@@ -27,7 +27,7 @@ const usage = `hotkeyd finds hot keys in Redis traffic and cools them.
 
 Usage:
   hotkeyd serve [--config FILE] [flags]   run the agent (see hotkeyd serve --help)
-  hotkeyd demo [--duration 15s]           the whole story on one machine, no set-up
+  hotkeyd demo [--duration 12s]           the whole story on one machine, no set-up
   hotkeyd top [--addr URL]                live terminal view of the hot keys
   hotkeyd registry list|show|add|rm       predicted hot-key events (see hotkeyd registry)
   hotkeyd version                         print the version

@@ -186,3 +186,28 @@ func TestRegistryCLI(t *testing.T) {
 		t.Errorf("show after rm: %v; want not found", err)
 	}
 }
+
+// TestRegistryHelp: `hotkeyd help` sends users to `hotkeyd registry` for its usage, and
+// the usage says events can be added "with flags": --help must show the usage and every
+// flag of add, and succeed.
+func TestRegistryHelp(t *testing.T) {
+	for _, args := range [][]string{{"registry", "--help"}, {"registry", "-h"}, {"registry", "help"}} {
+		out, stderr, err := runCmd(t, context.Background(), args...)
+		if err != nil {
+			t.Errorf("%v: %v; want the usage and no error", args, err)
+		}
+		if !strings.Contains(out+stderr, "hotkeyd registry list") {
+			t.Errorf("%v: output lacks the usage:\n%s%s", args, out, stderr)
+		}
+	}
+	t.Setenv("HOTKEYD_AUTH_TOKEN", "s3cret")
+	_, stderr, _ := runCmd(t, context.Background(), "registry", "add", "--help")
+	if strings.Contains(stderr, "s3cret") {
+		t.Error("registry add --help shows $HOTKEYD_AUTH_TOKEN")
+	}
+	for _, flag := range []string{"--recurrence", "--zone", "--expected-write-rate", "--mitigation", "--owner", "--note", "--file"} {
+		if !strings.Contains(stderr, flag) {
+			t.Errorf("registry add --help lacks %s:\n%s", flag, stderr)
+		}
+	}
+}

@@ -34,10 +34,17 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return errors.New("registry: no subcommand; use list, show, add or rm")
 	}
 	sub := args[0]
+	if sub == "help" || sub == "-h" || sub == "--help" {
+		fmt.Fprint(stdout, registryUsage)
+		return nil
+	}
 	fs := newFlags("registry "+sub, stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, registryUsage) }
+	fs.Usage = func() {
+		fmt.Fprint(stderr, registryUsage, "\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	addr := fs.String("addr", "http://127.0.0.1:9736", "the agent's HTTP `URL`")
-	token := fs.String("token", os.Getenv("HOTKEYD_AUTH_TOKEN"), "bearer `token` for changes (default $HOTKEYD_AUTH_TOKEN)")
+	token := fs.String("token", "", "bearer `token` for changes (default $HOTKEYD_AUTH_TOKEN)")
 	file := fs.String("file", "", "event JSON `file` for add (- for stdin)")
 	var ev struct {
 		ID                string   `json:"id,omitempty"`
@@ -69,6 +76,9 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	fs.StringVar(&ev.Note, "note", "", "free text")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if !fs.Changed("token") {
+		*token = os.Getenv("HOTKEYD_AUTH_TOKEN") // not the flag's default: help would show it
 	}
 	base := strings.TrimSuffix(*addr, "/") + "/v1/registry"
 	c := &apiClient{http: &http.Client{Timeout: 10 * time.Second}, token: *token}
