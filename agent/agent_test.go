@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/internal/logbuf"
 	"github.com/hotkeyd/hotkeyd/sampler"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -382,7 +383,7 @@ func TestKeyHistory(t *testing.T) {
 // stopping agent answers them at once (304, no newer plan), so the HTTP server's shutdown
 // does not wait out its time limit and warn.
 func TestShutdownEndsPlanWaits(t *testing.T) {
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	a, err := New(Options{HTTPListen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

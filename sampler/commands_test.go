@@ -8,6 +8,25 @@ import (
 	"testing"
 )
 
+// lookupKeys looks up the command of line ("sunionstore d a b", split at spaces) and
+// returns it with the keys its Keys finds at First…Last (not the destination); found is
+// false when the table lacks the command.
+func lookupKeys(line string) (c Command, keys []string, found bool) {
+	var args [][]byte
+	for _, f := range strings.Fields(line) {
+		args = append(args, []byte(f))
+	}
+	if c, found = LookupCommand(args[0]); !found {
+		return c, nil, false
+	}
+	if k, _, ok := c.Keys(args); ok {
+		for i := k.First; i <= k.Last; i += k.Step {
+			keys = append(keys, string(args[i]))
+		}
+	}
+	return c, keys, true
+}
+
 func TestCommandKeys(t *testing.T) {
 	tests := []struct {
 		cmd     string
@@ -31,23 +50,12 @@ func TestCommandKeys(t *testing.T) {
 		{"rename a b", []string{"a", "b"}, OpWrite, false},
 	}
 	for _, tt := range tests {
-		fields := strings.Fields(tt.cmd)
-		args := make([][]byte, len(fields))
-		for i, f := range fields {
-			args[i] = []byte(f)
-		}
-		c, ok := LookupCommand(args[0])
+		c, got, ok := lookupKeys(tt.cmd)
 		if !ok {
 			t.Fatalf("%q: not found", tt.cmd)
 		}
 		if c.Op != tt.op || c.Counter != tt.counter {
 			t.Errorf("%q: op %v counter %v; want %v %v", tt.cmd, c.Op, c.Counter, tt.op, tt.counter)
-		}
-		var got []string
-		if k, _, ok := c.Keys(args); ok {
-			for i := k.First; i <= k.Last; i += k.Step {
-				got = append(got, string(args[i]))
-			}
 		}
 		if strings.Join(got, ",") != strings.Join(tt.keys, ",") {
 			t.Errorf("%q: keys %q; want %q", tt.cmd, got, tt.keys)
@@ -108,24 +116,13 @@ func TestCommandKeysBeyondFixedPositions(t *testing.T) {
 		{"georadiusbymember_ro g m 10 km", []string{"g"}, OpRead},
 	}
 	for _, tt := range tests {
-		fields := strings.Fields(tt.cmd)
-		args := make([][]byte, len(fields))
-		for i, f := range fields {
-			args[i] = []byte(f)
-		}
-		c, ok := LookupCommand(args[0])
+		c, got, ok := lookupKeys(tt.cmd)
 		if !ok {
 			t.Errorf("%q: not in the command table", tt.cmd)
 			continue
 		}
 		if c.Op != tt.op {
 			t.Errorf("%q: op %v; want %v", tt.cmd, c.Op, tt.op)
-		}
-		var got []string
-		if k, _, ok := c.Keys(args); ok {
-			for i := k.First; i <= k.Last; i += k.Step {
-				got = append(got, string(args[i]))
-			}
 		}
 		if strings.Join(got, ",") != strings.Join(tt.keys, ",") {
 			t.Errorf("%q: keys %q; want %q", tt.cmd, got, tt.keys)

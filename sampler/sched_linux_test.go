@@ -3,13 +3,13 @@
 package sampler_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hotkeyd/hotkeyd/internal/logbuf"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/internal/threadsched"
 	"github.com/hotkeyd/hotkeyd/sampler"
@@ -187,7 +187,7 @@ func TestProxySchedLeavesChrt(t *testing.T) {
 	if _, err := threadsched.SetProcess(threadsched.Batch); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	p := schedProxy(t, sampler.SchedAuto, slog.New(slog.NewTextHandler(&logs, nil)))
 	waitFor(t, "the proxy to log that it leaves the policy alone", func() bool {
 		return strings.Contains(logs.String(), "already has a scheduling policy")
@@ -198,22 +198,4 @@ func TestProxySchedLeavesChrt(t *testing.T) {
 	if p.Stats().SchedBatch || !threadsAre(t, threadsched.Batch) {
 		t.Errorf("auto in a SCHED_BATCH process: it changed the policy (stats %v); want it left as it was", p.Stats().SchedBatch)
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger and a test reading it at once.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
