@@ -2,6 +2,7 @@ package mitigate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 )
@@ -32,8 +33,8 @@ type copyResult struct {
 }
 
 // writeCopies copies key's value, type and TTL to every name in copies; when key does not
-// exist it deletes them instead, since a copy must never outlive its original. It stops at
-// the first error.
+// exist it deletes them instead, since a copy must never outlive its original. A copy that
+// fails (its node down) does not stop the others; the errors are returned, joined.
 func writeCopies(ctx context.Context, rdb Redis, key string, copies []string) (copyResult, error) {
 	var res copyResult
 	reply, err := dumpOriginal.run(ctx, rdb, []string{key}).Slice()
@@ -57,25 +58,30 @@ func writeCopies(ctx context.Context, rdb Redis, key string, copies []string) (c
 		ttl = strconv.FormatInt(max(pttl, 1), 10) // RESTORE reads 0 as "no expiry"
 	}
 	payload := str(reply[1])
+	var errs []error
 	for _, c := range copies {
 		if err := rdb.Do(ctx, "RESTORE", c, ttl, payload, "REPLACE").Err(); err != nil {
-			return res, fmt.Errorf("copies of %q: RESTORE %s: %w", key, c, err)
+			errs = append(errs, fmt.Errorf("copies of %q: RESTORE %s: %w", key, c, err))
+			continue
 		}
 		res.written++
 	}
-	return res, nil
+	return res, errors.Join(errs...)
 }
 
 // deleteKeys deletes each name with its own DEL (the names live in different slots) and
-// returns how many existed. It stops at the first error.
+// returns how many existed. A DEL that fails does not stop the others; the errors are
+// returned, joined.
 func deleteKeys(ctx context.Context, rdb Redis, names []string) (int, error) {
 	n := 0
+	var errs []error
 	for _, name := range names {
 		d, err := rdb.Do(ctx, "DEL", name).Int()
 		if err != nil {
-			return n, fmt.Errorf("DEL %s: %w", name, err)
+			errs = append(errs, fmt.Errorf("DEL %s: %w", name, err))
+			continue
 		}
 		n += d
 	}
-	return n, nil
+	return n, errors.Join(errs...)
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
 )
 
 // testCopiesTypesAndTTL: copies of a string, hash, list and zset keep type, value and TTL;
@@ -180,4 +182,54 @@ func testCopiesEnd(t *testing.T, b backend) {
 		defer e.mu.Unlock()
 		return len(e.retiring) == 0
 	})
+}
+
+// TestCopiesOneFailingCopy: a copy the executor cannot write (here an ACL forbids its
+// name; in production its node is down) must not stop the other copies from following
+// the original: they are written, refreshed, and deleted with the original, every round.
+func TestCopiesOneFailingCopy(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer admin.Close()
+	const key = "cf:k"
+	names, err := StandaloneTopology(s.Addr()).Names(key, 2, Copies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, good := names[0].Name, names[1].Name
+	// The executor's user may touch every key but the first copy.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "exec", "on", ">pw", "resetkeys", "~"+key, "~"+good, "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "exec", Password: "pw", MaxRetries: -1})
+	defer rdb.Close()
+	e, err := NewExecutor(ExecutorOptions{Redis: rdb, RefreshPeriod: time.Hour, GracePeriod: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin.Set(ctx, key, "v1", 0)
+	admin.Set(ctx, good, "stale", 0) // left by an SDK client's write, say
+	if err := e.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err == nil {
+		t.Errorf("Apply with %s forbidden = nil; want its error", bad)
+	}
+	if got := admin.Get(ctx, good).Val(); got != "v1" {
+		t.Errorf("after Apply, %s = %q; want v1 (the original's value)", good, got)
+	}
+	admin.Set(ctx, key, "v2", 0)
+	_ = e.Refresh(ctx)
+	if got := admin.Get(ctx, good).Val(); got != "v2" {
+		t.Errorf("after a refresh, %s = %q; want v2 (the original's value)", good, got)
+	}
+	admin.Del(ctx, key)
+	_ = e.Refresh(ctx)
+	if n := admin.Exists(ctx, good).Val(); n != 0 {
+		t.Errorf("after the original's DEL and a refresh, %s exists; want it deleted (a copy never outlives its original by more than a round)", good)
+	}
+	admin.Set(ctx, good, "stale", 0)
+	_ = e.Apply(ctx, execPlan())
+	if n := admin.Exists(ctx, good).Val(); n != 0 {
+		t.Errorf("after the entry ended, %s exists; want it deleted at once", good)
+	}
+	_ = e.Close(ctx)
 }
