@@ -74,7 +74,11 @@ type CounterStats struct {
 // failed flush keeps the sum, which the next flush retries, merged with newer additions;
 // after MaxFlushTries failures in a row the sum is dropped, logged at Error and counted in
 // Stats (Dropped). Close flushes every pending sum once more and reports what it could
-// not flush.
+// not flush. A flush is a plain INCRBY, so one whose outcome is unknown (a read timeout,
+// a broken connection: Redis may have applied it, or may still apply it) and is sent
+// again — by the next flush (counted in Stats as Uncertain) or by go-redis's own retries
+// of a timed-out pipeline (Options.MaxRetries, which the Counter cannot see) — adds its
+// sum twice when the first send was applied.
 //
 // Loss bound: sums live only in the process until flushed, so a crash loses at most the
 // increments added in the last FlushInterval before it (plus those held back by failing
