@@ -16,10 +16,11 @@ import (
 
 // FileStore is a Store kept in one JSON document on disk, {"version":N,"events":[…]},
 // rewritten whole and atomically on every change: the new document goes to a temporary
-// file in the same directory, which is synced, renamed over the old one, and the
-// directory synced. A crash at any point leaves either the old document or the new one,
-// never a mix. The store owns the file while it runs: edits made by hand are not seen
-// until it is opened again, and are lost at its next write.
+// file in the same directory (with the old one's permissions; 0600 for a new document),
+// which is synced, renamed over the old one, and the directory synced. A crash at any
+// point leaves either the old document or the new one, never a mix. The store owns the
+// file while it runs: edits made by hand are not seen until it is opened again, and are
+// lost at its next write.
 type FileStore struct {
 	path string
 
@@ -196,6 +197,12 @@ func (s *FileStore) write(m *Memory) error {
 			_ = os.Remove(tmp)
 		}
 	}()
+	// CreateTemp makes the file 0600: keep the mode the document already has.
+	if fi, err := os.Stat(s.path); err == nil {
+		if err := f.Chmod(fi.Mode().Perm()); err != nil {
+			return fmt.Errorf("registry: writing %s: %w", tmp, err)
+		}
+	}
 	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("registry: writing %s: %w", tmp, err)
 	}

@@ -200,7 +200,9 @@ func (x *Index) Match(key string, now time.Time, dst []string) []string {
 			break
 		}
 		for _, r := range x.prefixes.byLit[key[:l]] {
-			add(r.ev)
+			if key != "" || r.p.Match(key) { // "**" does not match "" in Redis
+				add(r.ev)
+			}
 		}
 	}
 	for _, l := range x.globs.lengths {

@@ -179,3 +179,18 @@ func BenchmarkIndexMatchNaive(b *testing.B) {
 	}
 	sinkIDs = buf
 }
+
+// TestIndexMatchEmptyKey: Redis's "**" (and "***") does not match the empty key, which
+// Redis allows; the index must agree with Pattern.Match and MatchGlob.
+func TestIndexMatchEmptyKey(t *testing.T) {
+	e := testEvent("broad")
+	e.Patterns, e.AllowBroad = []string{"**"}, true
+	x := newIndex(t, []Event{e}, 0)
+	p, _ := CompilePattern("**")
+	for _, key := range []string{"", "k"} {
+		got := len(x.Match(key, e.Start, nil)) == 1
+		if want := MatchGlob("**", key); got != want || p.Match(key) != want {
+			t.Errorf("%q: index match %v, Pattern.Match %v; want %v (as Redis)", key, got, p.Match(key), want)
+		}
+	}
+}

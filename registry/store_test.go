@@ -468,3 +468,29 @@ func TestRedisStoreConcurrentGeneratedIDs(t *testing.T) {
 		t.Fatalf("List: %d events, %v; want 80", len(evs), err)
 	}
 }
+
+// TestFileStoreKeepsMode: rewriting the document keeps the permissions the operator gave
+// it; the temporary file's 0600 must not replace them at the first API change.
+func TestFileStoreKeepsMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "registry.json")
+	if err := os.WriteFile(path, []byte(`{"version":0,"events":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	s, err := OpenFile(path, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(context.Background(), testEvent("a")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != 0o644 {
+		t.Errorf("mode after a change %v; want -rw-r--r-- (kept from the file)", got)
+	}
+}

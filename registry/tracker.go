@@ -146,7 +146,9 @@ func (t *Tracker) Observe(now time.Time, x *Index, obs []Observation) int {
 			o = &occurrence{r: Report{ID: a.Event.ID, Occurrence: a.Window, HotKeys: []HotKey{}}, hotIdx: make(map[string]int)}
 			t.occ[a.Event.ID] = o
 		}
-		o.r.ArmedFrom, o.r.ArmedUntil = a.From, a.Until
+		// The same start after a change to the event (a PUT extending or shortening it)
+		// is the same occurrence: keep its record, follow its new end.
+		o.r.Occurrence, o.r.ArmedFrom, o.r.ArmedUntil = a.Window, a.From, a.Until
 		o.r.ExpectedReadRate, o.r.ExpectedWriteRate = a.Event.ExpectedReadRate, a.Event.ExpectedWriteRate
 		o.r.LastObserved = now
 	}

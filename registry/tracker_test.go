@@ -98,3 +98,26 @@ func TestTrackerHotKeysBound(t *testing.T) {
 		t.Error("negative MaxHotKeys: no error")
 	}
 }
+
+// TestTrackerEventExtended: an operator extends a running event (extra time) with a PUT
+// that keeps its start; the report must follow the new end, not call it cooling.
+func TestTrackerEventExtended(t *testing.T) {
+	ev := testEvent("match42")
+	start := ev.Start
+	tr, _ := NewTracker(TrackerOptions{})
+	obs := []Observation{{Key: "score:match42", ReadRate: 100, Hot: true}}
+	tr.Observe(start.Add(time.Hour), newIndex(t, []Event{ev}, time.Minute), obs)
+
+	ev.End = ev.End.Add(time.Hour) // now 19:30–22:30
+	x := newIndex(t, []Event{ev}, time.Minute)
+	at := start.Add(2*time.Hour + 30*time.Minute)
+	tr.Observe(at, x, obs)
+	r, _ := tr.Report("match42", at)
+	if r.State != "running" || !r.Occurrence.End.Equal(ev.End) || !r.ArmedUntil.Equal(ev.End.Add(time.Minute)) {
+		t.Errorf("after extending the end to %v: state %s, occurrence end %v, armed until %v; want running, %v, %v",
+			ev.End, r.State, r.Occurrence.End, r.ArmedUntil, ev.End, ev.End.Add(time.Minute))
+	}
+	if r.HotKeysTotal != 1 {
+		t.Errorf("hot keys %d after the extension; want 1 (same occurrence, same record)", r.HotKeysTotal)
+	}
+}
