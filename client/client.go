@@ -105,10 +105,7 @@ type Client struct {
 
 	// stripes order the writes of a split key and the copying of their result within
 	// the process, so the copies end with the value the original ends with.
-	stripes [64]struct {
-		mu sync.Mutex // guards the copies of the keys that hash to this stripe
-		_  [56]byte
-	}
+	stripes [64]stripe
 
 	copyReads, copyFallbacks, mirrors, mirrorErrors, unmirrored atomic.Uint64
 
@@ -165,6 +162,9 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		rdb: rdb, l1: l1, aside: aside, now: opts.Now, rand: opts.Rand, log: log,
 		timeout: l1.loadTimeout, reg: opts.Registry,
 		first: make(chan struct{}), done: make(chan struct{}),
+	}
+	for i := range c.stripes {
+		c.stripes[i].token = make(chan struct{}, 1)
 	}
 	c.counter = newCounter(c)
 	if !opts.NoReports {

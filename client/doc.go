@@ -67,7 +67,15 @@
 // original only, and this client reads the key from the original until the next plan
 // version (at most the agent's renewal period, 30s by default). So does a write whose
 // outcome is unknown (timeout) or whose copying failed. In a plain pipeline, reads go to
-// the original and single-key writes are mirrored after the pipeline.
+// the original and single-key writes are mirrored after the pipeline. On a connection in
+// MULTI or with keys watched (a Conn, or the Tx of Client.Watch), every read goes to
+// Redis and to the original, never to L1 or a copy. Not with a ClusterClient's Watch:
+// go-redis runs its transaction on a node's own client, which has no hooks, so its writes
+// neither drop this client's L1 values nor stop its copy reads (a known limitation: the
+// app may read its own write late by up to the L1 TTL, or the copies until the agent's
+// next refresh). A write of a split key whose context
+// ends while it waits for an earlier write of a key of its stripe returns the context's
+// error unsent.
 //
 // Counters (entries of kinds sharded_counter and batched_counter) are not applied by the
 // hook: they change what INCR returns, so they have an explicit API, Client.Counter:

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -29,16 +31,100 @@ type planHook struct{ c *Client }
 func (planHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 // ProcessHook applies the plan to a single command. With no plan and an empty L1 it is
-// a pointer load and a comparison.
+// a look at the command's name, three loads and a comparison.
+//
+// go-redis builds a chain of hooks for each Conn and Tx (Client.Watch), so the function
+// made here for one of them sees the commands of its one connection: sess follows that
+// connection's MULTI and WATCH (see session).
 func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c := h.c
+	var sess session
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if sess.track(cmd) {
+			return c.processSession(ctx, cmd, &sess, next)
+		}
 		ix := c.follower.cur.Load()
 		if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 || c.closed.Load() || isInternal(ctx) {
 			return next(ctx, cmd)
 		}
 		return c.process(ctx, cmd, ix, next)
 	}
+}
+
+// session is the state of a connection that sent MULTI (its commands are queued and run
+// at EXEC) or WATCH (EXEC fails if a watched original changed). Reads there go to the
+// original: L1 would answer a queued GET without queuing it, and neither L1 nor a copy
+// is what WATCH guards. A split key written inside MULTI is not mirrored (the write
+// happens at EXEC): this client reads it from the original until the next plan.
+type session struct {
+	multi  atomic.Bool // MULTI sent, EXEC or DISCARD not yet
+	watch  atomic.Bool // WATCH sent, EXEC, DISCARD or UNWATCH not yet
+	mu     sync.Mutex  // guards queued
+	queued []string    // keys written inside MULTI, their L1 values dropped again at EXEC
+}
+
+// track notes the session commands among cmd and reports whether cmd must be handled as
+// part of a session (processSession).
+func (s *session) track(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	name := ""
+	if len(args) > 0 {
+		name, _ = args[0].(string)
+	}
+	if len(name) >= 4 && len(name) <= 7 {
+		switch {
+		case strings.EqualFold(name, "multi"):
+			s.multi.Store(true)
+		case strings.EqualFold(name, "watch"):
+			s.watch.Store(true)
+		case strings.EqualFold(name, "unwatch"):
+			s.watch.Store(false)
+			return true
+		case strings.EqualFold(name, "exec"), strings.EqualFold(name, "discard"), strings.EqualFold(name, "reset"):
+			m, w := s.multi.Swap(false), s.watch.Swap(false)
+			return m || w
+		}
+	}
+	return s.multi.Load() || s.watch.Load()
+}
+
+// processSession sends a command of a connection in MULTI or WATCH: reads to the
+// original, writes inside MULTI queued as they are (their L1 values dropped now and at
+// EXEC; a split key's copy reads off), writes outside MULTI as process does.
+func (c *Client) processSession(ctx context.Context, cmd redis.Cmder, s *session, next redis.ProcessHook) error {
+	ix := c.follower.cur.Load()
+	if c.closed.Load() || isInternal(ctx) {
+		return next(ctx, cmd)
+	}
+	name, _ := cmd.Args()[0].(string)
+	if strings.EqualFold(name, "exec") || strings.EqualFold(name, "discard") || strings.EqualFold(name, "reset") {
+		s.mu.Lock()
+		keys := s.queued
+		s.queued = nil
+		s.mu.Unlock()
+		err := next(ctx, cmd)
+		c.invalidate(ix, keys)
+		return err
+	}
+	w := c.classify(cmd)
+	if !w.write || strings.EqualFold(name, "watch") || strings.EqualFold(name, "unwatch") {
+		return next(ctx, cmd)
+	}
+	if !s.multi.Load() {
+		return c.process(ctx, cmd, ix, next)
+	}
+	s.mu.Lock()
+	s.queued = append(s.queued, w.keys...)
+	s.mu.Unlock()
+	now := c.now()
+	c.invalidate(ix, w.keys)
+	for _, key := range w.keys {
+		if kp := ix.lookup(key); kp != nil && kp.split(now) {
+			c.unmirrored.Add(1)
+			kp.noCopies.Store(true)
+		}
+	}
+	return next(ctx, cmd)
 }
 
 // ProcessPipelineHook applies the plan to pipelines and transactions: reads go to the
@@ -84,10 +170,16 @@ func (h planHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		err := next(ctx, cmds)
 		c.invalidate(ix, keys)
 		for _, w := range toCopy {
-			mu := c.stripe(w.key)
-			mu.Lock()
+			st := c.stripe(w.key)
+			if st.lock(ctx) != nil {
+				// The write is done but ctx ended before its copying could start: this
+				// client reads the key from the original until the next plan.
+				w.kp.noCopies.Store(true)
+				c.mirrorErrors.Add(1)
+				continue
+			}
 			c.afterWrite(ctx, w.key, w.kp, w.cmd.Err())
-			mu.Unlock()
+			st.unlock()
 		}
 		return err
 	}
@@ -286,9 +378,12 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 		return err
 	}
 	key := w.keys[0]
-	mu := c.stripe(key)
-	mu.Lock()
-	defer mu.Unlock()
+	st := c.stripe(key)
+	if err := st.lock(ctx); err != nil {
+		cmd.SetErr(err)
+		return err
+	}
+	defer st.unlock()
 	c.invalidate(ix, w.keys)
 	err := next(ctx, cmd)
 	c.invalidate(ix, w.keys)
@@ -297,12 +392,34 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 }
 
 // stripe returns the lock that orders the writes of key and the copying of their result.
-func (c *Client) stripe(key string) interface {
-	Lock()
-	Unlock()
-} {
-	return &c.stripes[xxhash.Sum64String(key)&uint64(len(c.stripes)-1)].mu
+func (c *Client) stripe(key string) *stripe {
+	return &c.stripes[xxhash.Sum64String(key)&uint64(len(c.stripes)-1)]
 }
+
+// stripe is a lock whose waiters give up when their context ends. It guards the copies
+// of the keys that hash to it: held from a write of the original to the copying of its
+// result.
+type stripe struct {
+	token chan struct{} // capacity 1, made by Attach; holds a token while locked
+	_     [56]byte
+}
+
+// lock takes the stripe, or returns ctx's error if ctx ends first.
+func (s *stripe) lock(ctx context.Context) error {
+	select {
+	case s.token <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case s.token <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *stripe) unlock() { <-s.token }
 
 // invalidate drops the L1 values of keys being written, when the L1 may hold them.
 func (c *Client) invalidate(ix *planIndex, keys []string) {
