@@ -10,33 +10,45 @@ import (
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 )
 
-// TestWatchReadsOriginal: inside rdb.Watch the app reads a key to compute what EXEC
-// writes; WATCH guards the original only, so that read must come from the original,
-// not from L1 or a copy. Otherwise a value another process wrote before WATCH is lost:
-// the read returns the older value and EXEC succeeds.
-func TestWatchReadsOriginal(t *testing.T) {
+// staleKeys attaches a client to a fresh redis-server under a plan with prefix+":l1" in
+// L1 and prefix+":split" split into 2 copies, and returns it with a plain client. Each
+// key is then set to 1 and read through the SDK (L1 and the copies hold 1), and set to 5
+// by the plain client, another process without the SDK.
+func staleKeys(t *testing.T, prefix string) (rdb, plain redis.UniversalClient) {
+	t.Helper()
 	srv := redistest.Start(t)
 	im := impl{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
 		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	}}
 	ps := startPlanServer(t)
-	ps.publish(l1Entry("w:l1", 10*time.Second, time.Minute), copiesEntry("w:split", copyNames("w:split", 2), time.Minute))
-	rdb, _ := attach(t, im, ps, Options{Rand: seeded(1)})
-	plain := im.new()
-	defer plain.Close()
+	ps.publish(l1Entry(prefix+":l1", 10*time.Second, time.Minute), copiesEntry(prefix+":split", copyNames(prefix+":split", 2), time.Minute))
+	rdb, _ = attach(t, im, ps, Options{Rand: seeded(1)})
+	plain = im.new()
+	t.Cleanup(func() { plain.Close() })
+	ctx := context.Background()
+	for _, key := range []string{prefix + ":l1", prefix + ":split"} {
+		if err := rdb.Set(ctx, key, "1", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if v := rdb.Get(ctx, key).Val(); v != "1" {
+			t.Fatalf("GET %s = %q; want 1", key, v)
+		}
+		if err := plain.Set(ctx, key, "5", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rdb, plain
+}
+
+// TestWatchReadsOriginal: inside rdb.Watch the app reads a key to compute what EXEC
+// writes; WATCH guards the original only, so that read must come from the original,
+// not from L1 or a copy. Otherwise a value another process wrote before WATCH is lost:
+// the read returns the older value and EXEC succeeds.
+func TestWatchReadsOriginal(t *testing.T) {
+	rdb, plain := staleKeys(t, "w")
 	ctx := context.Background()
 	for _, key := range []string{"w:l1", "w:split"} {
 		t.Run(key, func(t *testing.T) {
-			if err := rdb.Set(ctx, key, "1", 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if v := rdb.Get(ctx, key).Val(); v != "1" {
-				t.Fatalf("GET %s = %q; want 1", key, v)
-			}
-			// Another process, without the SDK: L1 and the copies still hold 1.
-			if err := plain.Set(ctx, key, "5", 0).Err(); err != nil {
-				t.Fatal(err)
-			}
 			err := rdb.Watch(ctx, func(tx *redis.Tx) error {
 				n, err := tx.Get(ctx, key).Int()
 				if err != nil {
@@ -64,28 +76,10 @@ func TestWatchReadsOriginal(t *testing.T) {
 // copy; and a write of a split key is applied at EXEC, so it cannot be mirrored when it
 // is queued: this client must read the key from the original afterwards.
 func TestConnMultiExec(t *testing.T) {
-	srv := redistest.Start(t)
-	im := impl{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
-		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	}}
-	ps := startPlanServer(t)
-	ps.publish(l1Entry("m:l1", 10*time.Second, time.Minute), copiesEntry("m:split", copyNames("m:split", 2), time.Minute))
-	rdb, _ := attach(t, im, ps, Options{Rand: seeded(1)})
-	plain := im.new()
-	defer plain.Close()
+	rdb, _ := staleKeys(t, "m")
 	ctx := context.Background()
 	for _, key := range []string{"m:l1", "m:split"} {
 		t.Run(key, func(t *testing.T) {
-			if err := rdb.Set(ctx, key, "1", 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if v := rdb.Get(ctx, key).Val(); v != "1" {
-				t.Fatalf("GET %s = %q; want 1", key, v)
-			}
-			// Another process, without the SDK: L1 and the copies still hold 1.
-			if err := plain.Set(ctx, key, "5", 0).Err(); err != nil {
-				t.Fatal(err)
-			}
 			conn := rdb.(*redis.Client).Conn()
 			defer conn.Close()
 			multi := func(queue func()) []any {
