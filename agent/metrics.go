@@ -24,11 +24,9 @@ type metrics struct {
 	// surprises counts keys turning hot that no armed registry event predicted.
 	surprises prometheus.Counter
 
-	mu      sync.Mutex // guards sources and dropOnly
-	sources map[string]prometheus.Counter
-	// dropOnly holds the source labels seen only in drops, so that sources and dropOnly
-	// together stay within maxSources (plus "other").
-	dropOnly map[string]bool
+	mu      sync.Mutex                    // guards labels and sources
+	labels  map[string]bool               // source labels in use, "other" aside (label)
+	sources map[string]prometheus.Counter // samples' counter by source label
 
 	keyRate, keyShare, keyHot, keyLevel   *prometheus.Desc
 	traffic, distinct, hot, lag, keysDesc *prometheus.Desc
@@ -60,8 +58,8 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 			Name: "hotkeyd_surprise_hot_keys_total",
 			Help: "Keys that turned hot while no armed registry event predicted them.",
 		}),
+		labels:   map[string]bool{},
 		sources:  map[string]prometheus.Counter{},
-		dropOnly: map[string]bool{},
 		keyRate:  prometheus.NewDesc("hotkeyd_key_rate", "Estimated requests per second of a key in the top-k, full traffic, by operation.", []string{"key", "op"}, nil),
 		keyShare: prometheus.NewDesc("hotkeyd_key_share", "A top-k key's share of all traffic (0 to 1).", []string{"key"}, nil),
 		keyHot:   prometheus.NewDesc("hotkeyd_key_hot", "1 while a top-k key is hot, else 0.", []string{"key"}, nil),
@@ -89,17 +87,11 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 // received counts n samples from source.
 func (m *metrics) received(source string, n int) {
 	m.mu.Lock()
-	c, ok := m.sources[source]
-	if !ok {
-		if !m.dropOnly[source] && m.full() {
-			source = "other"
-			c = m.sources[source]
-		}
-		if c == nil {
-			c = m.samples.WithLabelValues(source)
-			m.sources[source] = c
-			delete(m.dropOnly, source)
-		}
+	l := m.label(source)
+	c := m.sources[l]
+	if c == nil {
+		c = m.samples.WithLabelValues(l)
+		m.sources[l] = c
 	}
 	m.mu.Unlock()
 	c.Add(float64(n))
@@ -107,27 +99,23 @@ func (m *metrics) received(source string, n int) {
 
 func (m *metrics) dropped(source, reason string, n int) {
 	m.mu.Lock()
-	if _, ok := m.sources[source]; !ok && !m.dropOnly[source] {
-		if m.full() {
-			source = "other"
-		} else {
-			m.dropOnly[source] = true
-		}
-	}
+	l := m.label(source)
 	m.mu.Unlock()
-	m.drops.WithLabelValues(source, reason).Add(float64(n))
+	m.drops.WithLabelValues(l, reason).Add(float64(n))
 }
 
-// full reports whether no new source label may be added; m.mu must be held.
-func (m *metrics) full() bool {
-	n := len(m.sources) + len(m.dropOnly)
-	if _, ok := m.sources["other"]; ok {
-		n--
+// label returns the label of source in both samples counters: source itself while fewer
+// than maxSources names are in use, received and dropped together, else "other". m.mu
+// must be held.
+func (m *metrics) label(source string) string {
+	if source == "other" || m.labels[source] {
+		return source
 	}
-	if m.dropOnly["other"] {
-		n--
+	if len(m.labels) >= maxSources {
+		return "other"
 	}
-	return n >= maxSources
+	m.labels[source] = true
+	return source
 }
 
 func (m *metrics) change(c detector.Change) {
