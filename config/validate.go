@@ -72,10 +72,10 @@ func (c Config) Validate() error {
 			fmt.Sprintf("use at most %d ticks, so that each tick lasts at least %v", d.Window/minTick, minTick))
 	}
 	v.intRange("detector.topk", d.TopK, 1, 10000)
-	v.powerOfTwo("detector.width", d.Width, 64, 1<<24)
+	widthOK := v.powerOfTwo("detector.width", d.Width, 64, 1<<24)
 	v.intRange("detector.depth", d.Depth, 1, 16)
-	v.powerOfTwo("detector.shards", d.Shards, 1, 256)
-	if validPowerOfTwo(d.Width, 64, 1<<24) && validPowerOfTwo(d.Shards, 1, 256) && d.Width < 64*d.Shards {
+	shardsOK := v.powerOfTwo("detector.shards", d.Shards, 1, 256)
+	if widthOK && shardsOK && d.Width < 64*d.Shards {
 		v.add("detector.width", d.Width,
 			fmt.Sprintf("leaves fewer than 64 counters to each of the %d detector.shards", d.Shards),
 			fmt.Sprintf("use a power of two between %d and 16777216, or fewer shards", 64*d.Shards))
@@ -185,19 +185,18 @@ func (v *validator) intRange(key string, n, lo, hi int) {
 	}
 }
 
-// validPowerOfTwo reports whether n is a power of two in lo..hi.
-func validPowerOfTwo(n, lo, hi int) bool {
-	return n > 0 && n&(n-1) == 0 && n >= lo && n <= hi
-}
-
-func (v *validator) powerOfTwo(key string, n, lo, hi int) {
+// powerOfTwo checks that n is a power of two in lo..hi and reports whether it is.
+func (v *validator) powerOfTwo(key string, n, lo, hi int) (ok bool) {
 	allowed := fmt.Sprintf("use a power of two between %d and %d", lo, hi)
 	switch {
 	case n <= 0 || n&(n-1) != 0:
 		v.add(key, n, "is not a power of two", allowed)
 	case n < lo || n > hi:
 		v.add(key, n, "is out of range", allowed)
+	default:
+		return true
 	}
+	return false
 }
 
 // rate checks a rate in requests per second: > 0, or also 0 when zero means "inherit".
