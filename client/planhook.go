@@ -230,6 +230,11 @@ func (c *Client) classify(cmd redis.Cmder) write {
 		}
 		return write{}
 	}
+	if spec.Streams {
+		// XREADGROUP, whose keys follow its STREAMS option, which KeysOf does not look
+		// for: as when it was not in the table, any argument may be a key it writes.
+		return writeAll(args)
+	}
 	k, dest, ok := callKeys(spec, args)
 	if !ok {
 		if spec.Dest > 0 && spec.Dest < len(args) {

@@ -11,7 +11,7 @@ import (
 // TestClassify checks which keys the plan hook takes for written. A command that writes
 // one key and reads others (SUNIONSTORE dst src…) writes all of them, as far as L1 and
 // copies go; SORT and GEORADIUS write only with STORE or STOREDIST, and then may write
-// any argument.
+// any argument, as XREADGROUP may.
 func TestClassify(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
@@ -43,6 +43,13 @@ func TestClassify(t *testing.T) {
 		{"georadius storedist", []any{"georadius", "g", 15, 37, 200, "km", "storedist", "d"}, true,
 			[]string{"g", "15", "37", "200", "km", "storedist", "d"}, false},
 		{"lmove", []any{"lmove", "a", "b", "left", "right"}, true, []string{"a", "b"}, false},
+		{"xreadgroup", []any{"xreadgroup", "group", "g", "c", "streams", "s", ">"}, true,
+			[]string{"group", "g", "c", "streams", "s", ">"}, false},
+		{"xread", []any{"xread", "streams", "s", "0"}, false, nil, false},
+		{"eval_ro", []any{"eval_ro", "return 1", 1, "k"}, false, nil, false},
+		{"pfcount", []any{"pfcount", "h"}, false, nil, false},
+		{"move", []any{"move", "k", 1}, true, []string{"k"}, true},
+		{"memory usage", []any{"memory", "usage", "k"}, false, nil, false},
 		{"unknown", []any{"frobnicate", "x"}, true, []string{"x"}, false},
 	}
 	c := &Client{}

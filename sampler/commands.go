@@ -18,9 +18,9 @@ type Command struct {
 	// NumKeysAt, when > 0, is the index of an argument that holds the number of keys,
 	// which follow it (EVAL script numkeys key…).
 	NumKeysAt int
-	// Streams marks XREAD: the keys follow the first STREAMS argument (in any case) at or
-	// after First, and are the first half of the arguments after it, the IDs the second.
-	// KeysOf, which does not see the arguments, finds no keys for it.
+	// Streams marks XREAD and XREADGROUP: the keys follow the first STREAMS argument (in
+	// any case) at or after First, and are the first half of the arguments after it, the
+	// IDs the second. KeysOf, which does not see the arguments, finds no keys for them.
 	Streams bool
 	// Dest, when > 0, is the index of the one key the command writes, its destination;
 	// the keys at First…Last or after NumKeysAt, its sources, are read (COPY src dst,
@@ -210,16 +210,22 @@ var (
 	counter  = Command{Op: OpWrite, Counter: true, First: 1, Last: 1, Step: 1}
 	blocking = wr(1, -2, 1) // BLPOP k1 k2 timeout
 	script   = Command{Op: OpWrite, NumKeysAt: 2}
+	scriptRO = Command{Op: OpRead, NumKeysAt: 2}           // EVAL_RO: Redis refuses its writes
 	rdNum1   = Command{Op: OpRead, NumKeysAt: 1}           // ZUNION numkeys key…
 	wrNum1   = Command{Op: OpWrite, NumKeysAt: 1}          // LMPOP numkeys key…
 	wrNum2   = Command{Op: OpWrite, NumKeysAt: 2}          // BLMPOP timeout numkeys key…
 	sub      = rd(2, 2, 1)                                 // OBJECT ENCODING key
+	wsub     = wr(2, 2, 1)                                 // XGROUP CREATE key group id
 	setStore = into(1, 2, -1)                              // SUNIONSTORE dst src…
 	zStore   = Command{Op: OpWrite, Dest: 1, NumKeysAt: 2} // ZUNIONSTORE dst numkeys src…
 )
 
 // commands is the command table. Commands without keys (PING, INFO, AUTH, SELECT, …) are
-// absent: a source samples nothing for them.
+// absent: a source samples nothing for them. So are WATCH, which neither reads nor writes
+// a value, and MIGRATE, whose keys are at args[3] or after KEYS. A key Redis flags RO
+// (COMMAND GETKEYSANDFLAGS) is read here, one it flags RW, OW or RM written, but for
+// BITFIELD with GET alone and XREADGROUP, taken for writes, and PFCOUNT, taken for a read
+// (commands_redis_test.go).
 var commands = map[string]Command{
 	// strings
 	"GET": one, "MGET": all, "STRLEN": one, "GETRANGE": one, "SUBSTR": one, "GETBIT": one,
@@ -228,14 +234,14 @@ var commands = map[string]Command{
 	"GETEX": wone, "MSET": wr(1, -1, 2), "MSETNX": wr(1, -1, 2), "APPEND": wone,
 	"SETRANGE": wone, "SETBIT": wone, "BITFIELD": wone, "BITOP": into(2, 3, -1),
 	"INCR": counter, "INCRBY": counter, "DECR": counter, "DECRBY": counter,
-	"INCRBYFLOAT": wone,
+	"INCRBYFLOAT": wone, "BITFIELD_RO": one,
 	// generic
 	"EXISTS": all, "TYPE": one, "TTL": one, "PTTL": one, "EXPIRETIME": one,
 	"PEXPIRETIME": one, "TOUCH": all, "DUMP": one,
-	"OBJECT": sub, "SORT_RO": one,
+	"OBJECT": sub, "MEMORY": sub, "SORT_RO": one,
 	"DEL": wall, "UNLINK": wall, "EXPIRE": wone, "PEXPIRE": wone, "EXPIREAT": wone,
 	"PEXPIREAT": wone, "PERSIST": wone, "RENAME": wtwo, "RENAMENX": wtwo, "COPY": into(2, 1, 1),
-	"RESTORE": wone,
+	"RESTORE": wone, "RESTORE-ASKING": wone, "MOVE": wone,
 	// hashes
 	"HGET": one, "HMGET": one, "HGETALL": one, "HKEYS": one, "HVALS": one, "HLEN": one,
 	"HEXISTS": one, "HSTRLEN": one, "HRANDFIELD": one, "HSCAN": one, "HTTL": one,
@@ -264,7 +270,12 @@ var commands = map[string]Command{
 	"BZMPOP": wrNum2, "ZUNIONSTORE": zStore, "ZINTERSTORE": zStore, "ZDIFFSTORE": zStore,
 	// streams, HyperLogLog, geo
 	"XRANGE": one, "XREVRANGE": one, "XLEN": one, "XADD": wone, "XDEL": wone, "XTRIM": wone,
-	"XREAD": {Op: OpRead, First: 1, Streams: true}, "PFCOUNT": all, "PFADD": wone, "PFMERGE": into(1, 2, -1),
+	"XPENDING": one, "XINFO": sub, "XACK": wone, "XCLAIM": wone, "XAUTOCLAIM": wone, "XSETID": wone,
+	"XGROUP": wsub, "XREAD": {Op: OpRead, First: 1, Streams: true},
+	"XREADGROUP": {Op: OpWrite, First: 4, Streams: true}, // it moves the group's cursor
+	// PFCOUNT caches the count it computes in the value, which leaves what the key holds as it
+	// was: a read, which a copy answers alike (commands_redis_test.go)
+	"PFCOUNT": all, "PFADD": wone, "PFMERGE": into(1, 2, -1), "PFDEBUG": wsub,
 	"GEOPOS": one, "GEODIST": one, "GEOHASH": one, "GEOSEARCH": one, "GEORADIUS_RO": one,
 	"GEORADIUSBYMEMBER_RO": one, "GEOADD": wone, "GEOSEARCHSTORE": into(1, 2, 2),
 	// SORT and GEORADIUS write only with STORE (or STOREDIST), after their options
@@ -272,6 +283,6 @@ var commands = map[string]Command{
 	"GEORADIUS":         {Op: OpWrite, First: 1, Last: 1, Step: 1, Store: 6},
 	"GEORADIUSBYMEMBER": {Op: OpWrite, First: 1, Last: 1, Step: 1, Store: 5},
 	// scripts and functions: keys follow numkeys
-	"EVAL": script, "EVALSHA": script, "EVAL_RO": script, "EVALSHA_RO": script,
-	"FCALL": script, "FCALL_RO": script,
+	"EVAL": script, "EVALSHA": script, "EVAL_RO": scriptRO, "EVALSHA_RO": scriptRO,
+	"FCALL": script, "FCALL_RO": scriptRO,
 }

@@ -101,6 +101,17 @@ func TestCommandKeysBeyondFixedPositions(t *testing.T) {
 		{"xread streams s1 s2 0-0", nil, OpRead}, // ids and keys must pair up
 		{"xread streams", nil, OpRead},
 		{"xread count 1", nil, OpRead},
+		{"xreadgroup group g c count 1 streams s1 s2 > >", []string{"s1", "s2"}, OpWrite},
+		{"xreadgroup group streams streams streams s >", []string{"s"}, OpWrite}, // group and consumer named streams
+		{"xreadgroup group g c streams s", nil, OpWrite},
+		{"xgroup create s g $ mkstream", []string{"s"}, OpWrite},
+		{"xgroup help", nil, OpWrite},
+		{"xinfo stream s full", []string{"s"}, OpRead},
+		{"memory usage k samples 5", []string{"k"}, OpRead},
+		{"memory stats", nil, OpRead},
+		{"eval_ro s 1 k", []string{"k"}, OpRead},
+		{"fcall_ro f 2 k1 k2 a", []string{"k1", "k2"}, OpRead},
+		{"pfcount h1 h2", []string{"h1", "h2"}, OpRead},
 		{"object encoding k", []string{"k"}, OpRead},
 		{"object help", nil, OpRead},
 		{"sort_ro k by w_*", []string{"k"}, OpRead},
@@ -313,6 +324,7 @@ func FuzzCommandKeys(f *testing.F) {
 		"zinterstore d -9223372036854775808 a", "sort k", "SORT k STORE d", "sort k store",
 		"sort k limit 0", "sort k get store store d", "georadius g 1 2 3 km store d",
 		"georadiusbymember g m 3 km storedist", "lmove a b left right",
+		"xreadgroup group g c streams s >", "xgroup create s g $", "memory usage k",
 	} {
 		f.Add(s)
 	}
@@ -346,4 +358,23 @@ func FuzzCommandKeys(f *testing.F) {
 			t.Fatalf("%q: samples %q; want %q", line, got, wantKeys)
 		}
 	})
+}
+
+// keysSink keeps the benchmarks' results alive.
+var keysSink Keys
+
+// BenchmarkCommandKeys measures finding a call's command and keys, which the proxy tap
+// and MONITOR source do for every sampled command; it must not allocate.
+func BenchmarkCommandKeys(b *testing.B) {
+	for _, line := range []string{"get k", "mset k1 v1 k2 v2", "zunionstore d 2 a b", "xreadgroup group g c count 1 streams s1 s2 > >"} {
+		args := fieldArgs(line)
+		b.Run(string(args[0]), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c, _ := LookupCommand(args[0])
+				k, _, _ := c.Keys(args)
+				keysSink = k
+			}
+		})
+	}
 }
