@@ -22,9 +22,10 @@ import (
 // (logged at Error and counted in CounterStats.Dropped).
 const MaxFlushTries = 3
 
-// counterGrace is how long after the lease of a sharded_counter entry ends Get keeps
-// reading its sub-counters: the executor's default GracePeriod (one lease), during which
-// stale writers may still add to them (docs/plan.md, "What readers and writers must do").
+// counterGrace is how long after the lease of a sharded_counter entry ends, and after
+// the client heard that it ended, Get keeps reading its sub-counters whatever it finds in
+// them: the executor's default GracePeriod (one lease), during which stale writers may
+// still add to them (docs/plan.md, "What readers and writers must do").
 const counterGrace = mitigate.DefaultLease
 
 // CounterStats counts what a Counter did.
@@ -53,10 +54,14 @@ type CounterStats struct {
 //     and Get is GET key (absent is 0);
 //   - an enforced sharded_counter entry: Add is INCRBY of one of the entry's sub-counters,
 //     picked with Options.Rand, and Get is mitigate.ReadCounter: the key plus every
-//     sub-counter plus the folds in flight, exact. Get keeps reading the sub-counters of
-//     an entry for one lease (mitigate.DefaultLease) after the entry's lease ended or a
-//     plan without it came, because writers that have not heard of the end still add to
-//     them until the agent folds them back;
+//     sub-counter plus the folds in flight, exact. Once the client has held an entry, Get
+//     keeps reading its sub-counters after the entry's lease ran out, until all three
+//     hold: a plan without the entry came from the agent, one lease
+//     (mitigate.DefaultLease) has passed since then and since the entry's lease ended
+//     (writers that had not heard of the end still add to the sub-counters meanwhile),
+//     and a read found the sub-counter empty (the agent folded it back). Only the agent
+//     folds: while it is away the increments stay in the sub-counters, and a Get of the
+//     key alone would miss them;
 //   - an enforced batched_counter entry: Add adds n to a sum kept in the process and
 //     returns nil at once, without calling Redis; a background goroutine sends one INCRBY
 //     per key per FlushInterval (counted from the first Add after the previous flush),
@@ -97,7 +102,7 @@ type Counter struct {
 	flushMu sync.RWMutex
 
 	recentMu sync.Mutex                      // guards recent
-	recent   map[string]map[string]recentSub // key → sub-counter name → until when Get reads it
+	recent   map[string]map[string]recentSub // key → sub-counter name → until when Get must read it
 
 	closed    atomic.Bool   // set by Close before it drains the stripes; read under a stripe's lock by Add
 	kick      chan struct{} // holds at most one wake-up for the flusher: a new sum is pending
@@ -128,10 +133,15 @@ type batch struct {
 	tries int           // failed flushes so far
 }
 
-// recentSub is a sub-counter Get keeps reading until until (Client clock).
+// recentSub is a sub-counter of a sharded_counter entry the client held. Get reads it
+// until the client has heard from the agent that the entry ended (a plan without it),
+// until has passed (Client clock), and a read then found it empty. Only the agent folds
+// sub-counters back into their key, so a lease that runs out because the agent is away
+// is not enough: the increments in the sub-counter stay there until an agent folds them.
 type recentSub struct {
 	node  mitigate.Node
-	until time.Time
+	until time.Time // one lease after the entry's lease, and after the end was heard
+	ended bool      // a plan without the entry (or without this sub-counter) came
 }
 
 func newCounter(c *Client) *Counter {
@@ -208,21 +218,25 @@ func (k *Counter) addPending(key string, n int64, every time.Duration) bool {
 }
 
 // Get returns the value of the counter key, following the plan (see Counter): with a
-// sharded_counter entry held now or within the last lease, the exact sum of the key and
-// its sub-counters; plus the sums of batched Adds not yet acknowledged by Redis.
+// sharded_counter entry held now or before (until its sub-counters are found folded
+// after the entry ended), the exact sum of the key and its sub-counters; plus the sums
+// of batched Adds not yet acknowledged by Redis.
 func (k *Counter) Get(ctx context.Context, key string) (int64, error) {
 	c := k.c
 	k.flushMu.RLock()
 	defer k.flushMu.RUnlock()
 	// The plan is read under flushMu, after any flush that moved a sum Get must see, so
 	// the sub-counter that flush chose is among these.
-	subs := k.readSubs(key, c.now())
+	now := c.now()
+	subs, done := k.readSubs(key, now)
 	var v int64
 	if len(subs) > 0 {
+		var empty []bool
 		var err error
-		if v, err = mitigate.ReadCounter(ctx, c.rdb, key, subs); err != nil {
+		if v, empty, err = mitigate.ReadCounterEmpty(ctx, c.rdb, key, subs); err != nil {
 			return 0, err
 		}
+		k.forget(key, subs, empty, done, now)
 	} else {
 		s, err := c.rdb.Get(ctx, key).Result()
 		switch {
@@ -255,36 +269,66 @@ func overflows(a, b int64) bool {
 }
 
 // readSubs returns the sub-counters Get must read for key: those of the entry held now
-// and those of entries held within the last lease.
-func (k *Counter) readSubs(key string, now time.Time) []mitigate.Node {
-	var out []mitigate.Node
+// and those of every entry held before that it has not forgotten. done says which of them
+// Get may forget if it finds them empty: their entry ended, and one lease has passed.
+func (k *Counter) readSubs(key string, now time.Time) (subs []mitigate.Node, done []bool) {
 	if e, ok := k.c.follower.cur.Load().leased(key, mitigate.ShardedCounter, now); ok {
-		out = append(out, e.SubCounters...)
+		subs = append(subs, e.SubCounters...)
+		done = make([]bool, len(subs))
 	}
 	k.recentMu.Lock()
 	defer k.recentMu.Unlock()
 	for _, name := range slices.Sorted(maps.Keys(k.recent[key])) {
 		r := k.recent[key][name]
-		if now.After(r.until) {
-			continue
-		}
-		if !slices.ContainsFunc(out, func(n mitigate.Node) bool { return n.Name == name }) {
-			out = append(out, r.node)
+		if !slices.ContainsFunc(subs, func(n mitigate.Node) bool { return n.Name == name }) {
+			subs = append(subs, r.node)
+			done = append(done, r.ended && now.After(r.until))
 		}
 	}
-	return out
+	return subs, done
 }
 
-// onPlan notes the sub-counters of each sharded_counter entry of a new plan, for Get to
-// read until one lease after the entry's lease ends, and forgets those past that.
+// forget drops the sub-counters of key that Get found empty when it could forget them:
+// nobody writes them any more, so their value is in the key for good. A sub-counter that
+// a plan made live again meanwhile (or whose end was heard again later) is kept.
+func (k *Counter) forget(key string, subs []mitigate.Node, empty, done []bool, now time.Time) {
+	if !slices.Contains(done, true) {
+		return
+	}
+	k.recentMu.Lock()
+	defer k.recentMu.Unlock()
+	m := k.recent[key]
+	for i, s := range subs {
+		if r, ok := m[s.Name]; ok && done[i] && empty[i] && r.ended && now.After(r.until) {
+			delete(m, s.Name)
+		}
+	}
+	if len(m) == 0 {
+		delete(k.recent, key)
+	}
+}
+
+// onPlan runs when a new plan arrives: it notes the sub-counters of each sharded_counter
+// entry, for Get to read (see recentSub), and marks those the plan no longer lists as
+// ended, to be read for one more lease at least.
 func (k *Counter) onPlan(ix *planIndex) {
 	now := k.c.now()
 	k.recentMu.Lock()
 	defer k.recentMu.Unlock()
 	for key, subs := range k.recent {
-		maps.DeleteFunc(subs, func(_ string, r recentSub) bool { return now.After(r.until) })
-		if len(subs) == 0 {
-			delete(k.recent, key)
+		var listed []mitigate.Node
+		if kp := ix.keys[key]; kp != nil {
+			for _, e := range kp.others {
+				if e.Kind == mitigate.ShardedCounter {
+					listed = e.SubCounters
+				}
+			}
+		}
+		for name, r := range subs {
+			if !r.ended && !slices.ContainsFunc(listed, func(n mitigate.Node) bool { return n.Name == name }) {
+				r.ended, r.until = true, later(r.until, now.Add(counterGrace))
+				subs[name] = r
+			}
 		}
 	}
 	for key, kp := range ix.keys {
@@ -298,13 +342,18 @@ func (k *Counter) onPlan(ix *planIndex) {
 				k.recent[key] = m
 			}
 			for _, n := range e.SubCounters {
-				until := e.until.Add(counterGrace)
-				if r, ok := m[n.Name]; !ok || r.until.Before(until) {
-					m[n.Name] = recentSub{n, until}
-				}
+				m[n.Name] = recentSub{node: n, until: later(m[n.Name].until, e.until.Add(counterGrace))}
 			}
 		}
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // flusher sends the pending sums when they are due, until Close.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,7 @@ func TestCounterSuite(t *testing.T) {
 		{"Batched", testCounterBatched},
 		{"FlushErrors", testCounterFlushErrors},
 		{"CloseLeaksNothing", testCounterCloseLeaksNothing},
+		{"AgentAway", testCounterAgentAway},
 	})
 }
 
@@ -411,5 +413,94 @@ func TestCounterBatchedOverflow(t *testing.T) {
 	v, gerr := rdb.Get(ctx, "ovf").Int64()
 	if gerr != nil || v < 0 {
 		t.Errorf("ovf in Redis = %d, %v after adding MaxInt64 and 1; want no wrap-around to a negative value", v, gerr)
+	}
+}
+
+// testCounterAgentAway: the agent goes away while a counter is sharded and stays away
+// past the client's lease and the grace after it; nothing folds the sub-counters. Get must
+// still count them (the value is there, in Redis), and Add must land in the key. When an
+// agent is back with a plan that no longer shards the key, Get keeps reading the
+// sub-counters until they have been folded and one lease has passed; then it forgets them.
+func testCounterAgentAway(t *testing.T, im impl) {
+	const key = "away:likes"
+	ctx := context.Background()
+	subs, err := topology(t, im).Names(key, 3, mitigate.ShardedCounter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := im.new()
+	defer admin.Close()
+	clean := func() {
+		admin.Del(ctx, key)
+		for _, s := range subs {
+			admin.Del(ctx, s.Name)
+		}
+	}
+	clean()
+	t.Cleanup(clean)
+	clock := newFakeClock()
+	ps := startPlanServer(t)
+	const lease = time.Minute
+	ps.publish(shardedEntry(key, subs, lease))
+	_, c := attach(t, im, ps, Options{Rand: seeded(3), Now: clock.Now})
+	waitVersion(t, c, 2)
+	counter := c.Counter()
+	get := func(when string, want int64) {
+		t.Helper()
+		if got, err := counter.Get(ctx, key); err != nil || got != want {
+			t.Fatalf("Get %s: got %d, %v; want %d", when, got, err, want)
+		}
+	}
+	for range 10 {
+		if err := counter.Add(ctx, key, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := counter.Stats(); st.Sharded != 10 {
+		t.Fatalf("stats %+v; want 10 sharded Adds", st)
+	}
+	get("while sharded", 10)
+
+	// The agent goes away, and with it the folds; the lease and the grace after it pass.
+	ps.fail(http.StatusServiceUnavailable, nil)
+	waitFor(t, func() bool { return c.Stats().Plan.Errors > 0 })
+	clock.Add(lease + counterGrace + time.Second)
+	get("with the agent away past the lease and the grace", 10)
+	if err := counter.Add(ctx, key, 5); err != nil {
+		t.Fatal(err)
+	}
+	if st := counter.Stats(); st.Plain != 1 {
+		t.Fatalf("stats %+v; want 1 plain Add after the lease", st)
+	}
+	get("after a plain Add", 15)
+
+	// An agent comes back (a restart) with a plan without the entry; it has not folded yet.
+	ps.fail(0, nil)
+	ps.publish()
+	waitVersion(t, c, 3)
+	get("with the entry ended, before the fold", 15)
+	clock.Add(counterGrace + time.Second)
+	get("one lease after the end, before the fold", 15)
+
+	// The new agent's Recover folds the sub-counters.
+	exec, err := mitigate.NewExecutor(mitigate.ExecutorOptions{Redis: admin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Recover(ctx); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	if err := exec.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	get("after the fold", 15)
+	c.counter.recentMu.Lock()
+	left := len(c.counter.recent[key])
+	c.counter.recentMu.Unlock()
+	if left != 0 {
+		t.Errorf("sub-counters Get still reads after they were found folded: %d; want 0", left)
+	}
+	if v, err := admin.Get(ctx, key).Int64(); err != nil || v != 15 {
+		t.Errorf("GET %s: got %d, %v; want 15", key, v, err)
 	}
 }

@@ -25,14 +25,16 @@ import (
 //
 //	{hk:t<n>}stash:<sub>      a fold in progress: hash {id, value}; same slot as <sub>
 //	{hk:t<n>}done:<id>:<key>  the fold <id> was added to <key>; same slot as <key>; expires
-//	{hk:t<n>}gen:<key>        how many folds were added to <key>; same slot as <key>; expires
+//	{hk:t<n>}gen:<key>        counts the folds added to <key>, from a random start; same
+//	                          slot as <key>; expires
 //
 // None of them starts with "{hk:sub" or "{hk:copy", so ParseName never mistakes them for
 // a name that Names made, whatever the original key is.
 
 // FoldMemory is how long the marker of an applied fold, and the fold count of a key, stay in
 // Redis. A fold whose stash was left behind by a crash must be completed (Recover) within
-// this time, or its value could be added twice.
+// this time, or its value could be added twice. A fold count that expires starts again
+// from a random value, never from where a reader may have seen it (see foldApply).
 const FoldMemory = 24 * time.Hour
 
 // maxReadTries bounds ReadCounter's retries when folds keep landing during its reads.
@@ -98,11 +100,19 @@ redis.call('HSET', KEYS[2], 'id', ARGV[1], 'value', v)
 return {ARGV[1], v}`)
 
 	// foldApply (step b, on the key's node). KEYS: key, gen, done; ARGV: value, memory in
-	// ms. Adds value to the key unless the fold's marker says it was added already; sets
-	// the marker and counts the fold in gen in the same step. Reply: 1 applied, 0 already.
+	// ms, a random start for gen. Adds value to the key unless the fold's marker says it
+	// was added already; sets the marker and counts the fold in gen in the same step.
+	// Reply: 1 applied, 0 already.
+	//
+	// gen expires FoldMemory after the last fold. Were it to start again at 1, a reader
+	// that saw gen = 1 just before it expired, and a fold landing right after, would see
+	// gen = 1 again and accept a read that counts the fold twice. A start drawn from 60
+	// random bits makes that repetition as unlikely as two fold ids alike; gen stays an
+	// integer, as an INCR of an older executor expects.
 	foldApply = newScript(`
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
 redis.call('INCRBY', KEYS[1], ARGV[1])
+if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SET', KEYS[2], ARGV[3]) end
 redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
@@ -166,12 +176,21 @@ func IncrCounterRand(ctx context.Context, rdb Redis, r *mrand.Rand, key string, 
 // counts every increment that completed before ReadCounter was called, and none that
 // started after it returned, exactly once.
 func ReadCounter(ctx context.Context, rdb Redis, key string, subs []Node) (int64, error) {
+	v, _, err := ReadCounterEmpty(ctx, rdb, key, subs)
+	return v, err
+}
+
+// ReadCounterEmpty is ReadCounter, also reporting for each of subs whether it held
+// nothing when read: no value (or 0) and no fold in flight. A reader may stop passing a
+// sub-counter found empty once no writer can add to it any more (its entry ended at
+// least one lease ago): its value is then in the key for good.
+func ReadCounterEmpty(ctx context.Context, rdb Redis, key string, subs []Node) (int64, []bool, error) {
 	gen := genName(key)
 	for try := 0; try < maxReadTries; try++ {
 		// 1. The fold count before the sub-counters are read.
 		g0, err := rdb.Do(ctx, "GET", gen).Text()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return 0, fmt.Errorf("mitigate: read counter %q: GET %s: %w", key, gen, err)
+			return 0, nil, fmt.Errorf("mitigate: read counter %q: GET %s: %w", key, gen, err)
 		}
 		// 2. Each sub-counter with its stash, atomically per sub-counter.
 		parts := make([]subRead, len(subs))
@@ -184,7 +203,7 @@ func ReadCounter(ctx context.Context, rdb Redis, key string, subs []Node) (int64
 		keys := []string{key, gen}
 		for _, p := range parts {
 			if p.err != nil {
-				return 0, fmt.Errorf("mitigate: read counter %q: %w", key, p.err)
+				return 0, nil, fmt.Errorf("mitigate: read counter %q: %w", key, p.err)
 			}
 			if p.stashID != "" {
 				keys = append(keys, doneName(key, p.stashID))
@@ -192,21 +211,23 @@ func ReadCounter(ctx context.Context, rdb Redis, key string, subs []Node) (int64
 		}
 		reply, err := readBase.run(ctx, rdb, keys).Slice()
 		if err != nil {
-			return 0, fmt.Errorf("mitigate: read counter %q: %w", key, err)
+			return 0, nil, fmt.Errorf("mitigate: read counter %q: %w", key, err)
 		}
 		if len(reply) != len(keys) {
-			return 0, fmt.Errorf("mitigate: read counter %q: got %d values from the key's node; want %d", key, len(reply), len(keys))
+			return 0, nil, fmt.Errorf("mitigate: read counter %q: got %d values from the key's node; want %d", key, len(reply), len(keys))
 		}
 		if str(reply[1]) != g0 {
 			continue // a fold was added meanwhile: its value may have been counted in a sub-counter too
 		}
 		total, err := parseCount(reply[0])
 		if err != nil {
-			return 0, fmt.Errorf("mitigate: read counter %q: key: %w", key, err)
+			return 0, nil, fmt.Errorf("mitigate: read counter %q: key: %w", key, err)
 		}
 		j := 2
-		for _, p := range parts {
+		empty := make([]bool, len(parts))
+		for i, p := range parts {
 			total += p.value
+			empty[i] = p.value == 0 && p.stashID == ""
 			if p.stashID != "" {
 				if applied, _ := reply[j].(int64); applied == 0 {
 					total += p.stashValue
@@ -214,9 +235,9 @@ func ReadCounter(ctx context.Context, rdb Redis, key string, subs []Node) (int64
 				j++
 			}
 		}
-		return total, nil
+		return total, empty, nil
 	}
-	return 0, fmt.Errorf("mitigate: read counter %q: folds landed during each of %d reads; try again", key, maxReadTries)
+	return 0, nil, fmt.Errorf("mitigate: read counter %q: folds landed during each of %d reads; try again", key, maxReadTries)
 }
 
 // subRead is what a reader saw of one sub-counter.
@@ -300,7 +321,7 @@ func foldSub(ctx context.Context, rdb Redis, key, sub string) (foldResult, error
 			return res, fmt.Errorf("fold %s: stash %s: %w", sub, stash, err)
 		}
 		// b. Add it to the key, once per fold id.
-		if err := foldApply.run(ctx, rdb, []string{key, genName(key), doneName(key, gotID)}, value, memory).Err(); err != nil {
+		if err := foldApply.run(ctx, rdb, []string{key, genName(key), doneName(key, gotID)}, value, memory, genStart(id)).Err(); err != nil {
 			return res, fmt.Errorf("fold %s into %s: %w", sub, key, err)
 		}
 		// c. Drop the stash.
@@ -317,6 +338,14 @@ func foldSub(ctx context.Context, rdb Redis, key, sub string) (foldResult, error
 		return res, nil
 	}
 	return res, fmt.Errorf("fold %s: still finding stashes after 4 rounds", sub)
+}
+
+// genStart returns where a key's fold count starts when it does not exist: 60 bits of the
+// fresh fold id (random, never reused), so a count that expired never starts again where
+// a reader saw it.
+func genStart(id string) string {
+	n, _ := strconv.ParseUint(id[:15], 16, 64) // newFoldID's hex digits
+	return strconv.FormatUint(n, 10)
 }
 
 // newFoldID returns 128 random bits in hex: fold ids must never repeat, across agents and

@@ -205,7 +205,7 @@ func testCounterCrash(t *testing.T, b backend) {
 	if err := foldMove.run(ctx, b.rdb, []string{subs[1].Name, stashName(subs[1].Name)}, "crash-after-b").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := foldApply.run(ctx, b.rdb, []string{key, genName(key), doneName(key, "crash-after-b")}, "7", "60000").Err(); err != nil {
+	if err := foldApply.run(ctx, b.rdb, []string{key, genName(key), doneName(key, "crash-after-b")}, "7", "60000", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
 	check("after steps a and b")

@@ -70,7 +70,8 @@ type ExecutorOptions struct {
 	// GracePeriod is how long the executor keeps deleting the copies and folding the
 	// sub-counters of an entry that ended, counted from the last time it found one
 	// written: clients that have not heard of the end still use them for up to the plan's
-	// lease. Default: DefaultLease (60s).
+	// lease. It is also how long after Recover a round scans again for what clients of an
+	// earlier run created after Recover's scan. Default: DefaultLease (60s).
 	GracePeriod time.Duration
 	// Registry receives hotkeyd_mitigation_actions_total. Default: no metrics.
 	Registry *prometheus.Registry
@@ -128,6 +129,14 @@ type Executor struct {
 	subs     map[string][]string // key → sub-counter names of each enforced ShardedCounter entry
 	retiring map[string]ended    // copy name → its key; deleted every round until quiet for the grace period
 	draining map[string]ended    // sub-counter name → its key; folded every round until quiet for the grace period
+	// unfinished holds the sub-counters (→ their key) whose last fold failed, folded again
+	// every round until one succeeds: a fold interrupted after step b leaves a stash that
+	// must be completed within FoldMemory, also when the plan still uses the sub-counter.
+	unfinished map[string]string
+	// rescan is when a round scans for leftovers of an earlier run again (zero: none due):
+	// one grace period after Recover, once clients still holding that run's plan have
+	// stopped writing copies and sub-counters that Recover's scan could not see.
+	rescan time.Time
 }
 
 // ended is a copy or sub-counter of an entry that ended.
@@ -149,17 +158,18 @@ func NewExecutor(o ExecutorOptions) (*Executor, error) {
 		return nil, fmt.Errorf("mitigate: executor: grace period %v: must be positive, or 0 for the default %v", o.GracePeriod, DefaultLease)
 	}
 	e := &Executor{
-		rdb:      o.Redis,
-		refresh:  cmp0(o.RefreshPeriod, DefaultRefreshPeriod),
-		grace:    cmp0(o.GracePeriod, DefaultLease),
-		now:      o.Now,
-		log:      o.Logger,
-		stop:     make(chan struct{}),
-		kick:     make(chan struct{}, 1),
-		copies:   make(map[string][]string),
-		subs:     make(map[string][]string),
-		retiring: make(map[string]ended),
-		draining: make(map[string]ended),
+		rdb:        o.Redis,
+		refresh:    cmp0(o.RefreshPeriod, DefaultRefreshPeriod),
+		grace:      cmp0(o.GracePeriod, DefaultLease),
+		now:        o.Now,
+		log:        o.Logger,
+		stop:       make(chan struct{}),
+		kick:       make(chan struct{}, 1),
+		copies:     make(map[string][]string),
+		subs:       make(map[string][]string),
+		retiring:   make(map[string]ended),
+		draining:   make(map[string]ended),
+		unfinished: make(map[string]string),
 	}
 	if e.now == nil {
 		e.now = time.Now
@@ -336,13 +346,19 @@ func (e *Executor) fold(ctx context.Context, key, sub, reason string) error {
 		d.quiet = e.now()
 		e.draining[sub] = d
 	}
+	if err != nil {
+		e.unfinished[sub] = key
+	} else {
+		delete(e.unfinished, sub)
+	}
 	return e.failed(ShardedCounter, key, err)
 }
 
 // Refresh runs one round now: it rewrites every copy from its original (deleting the
-// copies of an original that no longer exists), deletes retired copies again, and folds
-// the sub-counters of ended entries again, forgetting those quiet for the grace period.
-// Run calls it every RefreshPeriod.
+// copies of an original that no longer exists), deletes retired copies again, folds the
+// sub-counters of ended entries again, forgetting those quiet for the grace period, folds
+// again every sub-counter whose last fold failed, and, one grace period after Recover,
+// scans for leftovers once more. Run calls it every RefreshPeriod.
 func (e *Executor) Refresh(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -381,6 +397,19 @@ func (e *Executor) round(ctx context.Context) error {
 			delete(e.draining, s)
 		}
 	}
+	// Failed folds of sub-counters still in use (those draining were folded above).
+	for _, s := range slices.Sorted(maps.Keys(e.unfinished)) {
+		if _, ok := e.draining[s]; !ok {
+			errs = append(errs, e.fold(ctx, e.unfinished[s], s, "retrying a fold that failed"))
+		}
+	}
+	if !e.rescan.IsZero() && !now.Before(e.rescan) {
+		err := e.scanLeftovers(ctx, "written after the scan at start, under the plan of an earlier run of the agent")
+		if err == nil {
+			e.rescan = time.Time{}
+		}
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -390,12 +419,23 @@ func (e *Executor) round(ctx context.Context) error {
 // folded into its key (an unfinished fold is completed first), and those the plan does not
 // use drain for the grace period. Run calls it once, after applying the plan offered
 // before it started.
+//
+// Clients that still hold the earlier run's plan write its copies and sub-counters for up
+// to one lease after that run ended, and may create some after the scan. So Recover also
+// schedules a second scan, made by the first round one grace period later (and retried
+// by each round until it succeeds), when those leases have run out.
 func (e *Executor) Recover(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return errClosed
 	}
+	e.rescan = e.now().Add(e.grace)
+	return e.scanLeftovers(ctx, "left by an earlier run of the agent")
+}
+
+// scanLeftovers is one scan of Recover; reason says why what it finds is there.
+func (e *Executor) scanLeftovers(ctx context.Context, reason string) error {
 	names, err := scanAll(ctx, e.rdb, []string{"{" + copyTag + "*", "{" + subTag + "*", "{hk:t*}stash:*"})
 	if err != nil {
 		e.did("", "", ActionError, 1, "scan for leftovers failed", slog.String("error", err.Error()))
@@ -425,13 +465,13 @@ func (e *Executor) Recover(ctx context.Context) error {
 			continue // not a name hotkeyd made
 		case kind == Copies && !isStash:
 			if !activeCopy[name] {
-				errs = append(errs, e.retireCopies(ctx, key, []string{name}, "left by an earlier run of the agent"))
+				errs = append(errs, e.retireCopies(ctx, key, []string{name}, reason))
 			}
 		case kind == ShardedCounter:
 			if !activeSub[sub] {
 				e.draining[sub] = ended{key: key, quiet: now}
 			}
-			errs = append(errs, e.fold(ctx, key, sub, "left by an earlier run of the agent"))
+			errs = append(errs, e.fold(ctx, key, sub, reason))
 		}
 	}
 	return errors.Join(errs...)
@@ -463,7 +503,7 @@ func (e *Executor) Run(ctx context.Context) error {
 	}()
 
 	e.applyOffered(ctx)
-	_ = e.Recover(ctx) // logged and counted; leftovers it missed stay until the next start
+	_ = e.Recover(ctx) // logged and counted; a round scans again one grace period later
 	t := time.NewTicker(e.refresh)
 	defer t.Stop()
 	for {
@@ -549,6 +589,12 @@ func (e *Executor) cleanUp(ctx context.Context) error {
 			continue
 		}
 		delete(e.draining, s)
+	}
+	// A failed fold of a sub-counter neither listed nor draining any more.
+	for _, s := range slices.Sorted(maps.Keys(e.unfinished)) {
+		if err := e.fold(ctx, e.unfinished[s], s, "agent stopping"); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -195,6 +195,9 @@ func runSuite(t *testing.T, b backend) {
 	t.Run("CounterExact", func(t *testing.T) { testCounterExact(t, b) })
 	t.Run("CounterCrash", func(t *testing.T) { testCounterCrash(t, b) })
 	t.Run("CloseLeavesNothing", func(t *testing.T) { testCloseLeavesNothing(t, b) })
+	t.Run("RecoverLateLeftovers", func(t *testing.T) { testRecoverLateLeftovers(t, b) })
+	t.Run("FoldStuckOnActive", func(t *testing.T) { testFoldStuckOnActive(t, b) })
+	t.Run("ReadAcrossGenExpiry", func(t *testing.T) { testReadAcrossGenExpiry(t, b) })
 }
 
 // testCloseLeavesNothing: with copies and a sharded counter active and a Run going, Close
