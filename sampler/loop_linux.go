@@ -46,9 +46,11 @@ type muxLoop struct {
 	up        [4]loopUpstream // upReads, upWrites, then the same in RESP3
 	in        []byte          // replies read from any
 	noResp3   bool            // Redis refused HELLO 3: no RESP3 pair
+	maxCmd    int64           // the longest command Redis takes (commandLimit)
 	clients   map[int]*loopClient
 	throttled bool          // Redis is behind: clients are not read
 	finished  []*loopClient // clients to close or hand back after this turn
+	failed    []int         // failed shared connections' descriptors, closed after this turn
 	routes    routeMemo     // where the last command name went
 }
 
@@ -95,19 +97,29 @@ const regNone = ^uint32(0)
 // startLoop opens the shared connection and starts the loop; an error when Redis cannot
 // be shared now, nil and nil when the proxy is closing.
 func (p *Proxy) startLoop() (*muxLoop, error) {
+	l, err := p.newLoop()
+	if err != nil {
+		return nil, err
+	}
+	if !p.goTracked(l.run) {
+		l.closeFDs()
+		return nil, nil
+	}
+	return l, nil
+}
+
+// newLoop returns a loop with its shared connections open, not running yet.
+func (p *Proxy) newLoop() (*muxLoop, error) {
 	l := &muxLoop{p: p, epfd: -1, wakeR: -1, wakeW: -1, clients: make(map[int]*loopClient)}
 	for i := range l.up {
 		l.up[i].fd = -1
 	}
 	l.in = make([]byte, max(p.bufSize, 64<<10))
 	l.events = make([]syscall.EpollEvent, 256)
+	l.failed = make([]int, 0, len(l.up))
 	if err := l.open(); err != nil {
 		l.closeFDs()
 		return nil, err
-	}
-	if !p.goTracked(l.run) {
-		l.closeFDs()
-		return nil, nil
 	}
 	return l, nil
 }
@@ -142,12 +154,28 @@ func (l *muxLoop) dial(i int) error {
 	if err != nil {
 		return err
 	}
+	maxCmd, err := l.p.commandLimit(conn)
+	if err != nil {
+		// The server closed the connection on CONFIG GET, as twemproxy does on a
+		// command it does not know: Redis's defaults stand, on a new connection.
+		_ = conn.Close()
+		if conn, err = l.p.openShared(i >= upResp3); err != nil {
+			return err
+		}
+		maxCmd = min(redisProtoMaxBulkLen, redisClientQueryBufLimit)
+	}
+	l.maxCmd = maxCmd
 	fd, err := takeFD(conn)
 	if err != nil {
 		return err
 	}
 	u := &l.up[i]
 	u.fd, u.events = fd, syscall.EPOLLIN
+	if len(u.out) > 0 {
+		// Commands queued in the turn that gave up the last connection: send them
+		// as soon as this one has room, not when another event comes.
+		u.events |= syscall.EPOLLOUT
+	}
 	return l.ctl(syscall.EPOLL_CTL_ADD, fd, u.events)
 }
 
@@ -394,7 +422,8 @@ func (l *muxLoop) update(c *loopClient) {
 }
 
 // readClient reads what c sent and queues its whole plain commands for Redis. Its first
-// other command, bytes that do not parse, or a command larger than its buffer pin it.
+// other command, bytes that do not parse, or a command larger than its buffer or than
+// Redis takes (maxCmd) pin it.
 func (l *muxLoop) readClient(c *loopClient) {
 	if c.closed || c.pinning || c.eof || l.throttled {
 		return
@@ -420,6 +449,11 @@ func (l *muxLoop) readClient(c *loopClient) {
 	end, cmds := 0, 0 // in[:end] holds cmds whole commands for the shared connection
 	var pin *atomic.Uint64
 	for pc.nextCommand() {
+		if ps.Offset()-c.base-int64(end) > l.maxCmd {
+			// Redis would refuse it and close the shared connection.
+			pin = &l.p.stats.pinTooLarge
+			break
+		}
 		first := c.owed == 0 && cmds == 0 // it may pick its connection
 		shared, write := l.routes.route(ps.Name(), ps.Sub(), ps.NArgs())
 		if !shared {
@@ -447,10 +481,11 @@ func (l *muxLoop) readClient(c *loopClient) {
 		pin = &l.p.stats.pinMalformed // bytes Redis must judge
 	case pin == nil && c.pending == len(c.in) && end == 0:
 		pin = &l.p.stats.pinTooLarge // a command larger than the buffer
-	case pin == nil && int64(c.pending-end)+ps.bulkRemaining() > int64(len(c.in)):
-		// A bulk string that cannot fit the buffer: pin now rather than once the
-		// buffer is full, so that Redis judges its length at once, as it would on a
-		// connection of its own (a length over proto-max-bulk-len is an error).
+	case pin == nil && int64(c.pending-end)+ps.bulkRemaining() > min(int64(len(c.in)), l.maxCmd):
+		// A bulk string that cannot fit the buffer, or makes the command longer than
+		// Redis takes: pin now rather than once the buffer is full, so that Redis
+		// judges its length at once, as it would on a connection of its own (a length
+		// over proto-max-bulk-len is an error).
 		pin = &l.p.stats.pinTooLarge
 	}
 	if cmds > 0 {
@@ -662,8 +697,17 @@ func (l *muxLoop) drop(c *loopClient) {
 	}
 }
 
-// finish closes the clients that are done and gives pinned ones their own goroutine.
+// finish closes the clients that are done and gives pinned ones their own goroutine, and
+// closes the descriptors of shared connections that failed.
+//
+// No descriptor the loop watches is closed before finish: epoll reported the turn's
+// events before the turn began, and an event for a closed descriptor would reach what
+// took its number meanwhile, a client that adopt (on another goroutine) took in with it.
 func (l *muxLoop) finish() {
+	for _, fd := range l.failed {
+		_ = syscall.Close(fd)
+	}
+	l.failed = l.failed[:0]
 	for _, c := range l.finished {
 		delete(l.clients, c.fd)
 		l.p.stats.shared.Add(-1)
@@ -701,7 +745,8 @@ func (l *muxLoop) handBack(c *loopClient) {
 }
 
 // upFailed gives up shared connection i: the clients owed replies on it are closed,
-// since those replies are lost, and the loop dials a new one at the end of the turn.
+// since those replies are lost, and the loop dials a new one at the end of the turn. Its
+// descriptor is closed after the turn too (see finish).
 func (l *muxLoop) upFailed(i int, err error) {
 	u := &l.up[i]
 	if u.fd < 0 {
@@ -709,7 +754,7 @@ func (l *muxLoop) upFailed(i int, err error) {
 	}
 	l.p.log.Warn("proxy: shared upstream connection failed; clients owed replies are disconnected", "err", err)
 	_ = l.ctl(syscall.EPOLL_CTL_DEL, u.fd, 0)
-	_ = syscall.Close(u.fd)
+	l.failed = append(l.failed, u.fd)
 	u.fd = -1
 	for {
 		e, ok := u.queue.front()

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
+	"strconv"
 	"time"
 )
 
@@ -34,14 +36,16 @@ const muxRetry = 10 * time.Second
 
 // muxCommands are the commands a client may send on the shared connection, each with
 // whether it goes to the writes connection: those of the command table that neither
-// block nor run scripts, plus PING and ECHO. The writes connection takes the commands
-// Redis holds back under CLIENT PAUSE WRITE, which are the writes and PFCOUNT (it may
-// replicate a cache update).
+// block (Redis answers nothing after a blocked command on its connection until it
+// returns) nor run scripts, plus PING and ECHO; XREAD, which blocks with its BLOCK
+// option, is left to muxRoute. The writes connection takes the commands Redis holds back
+// under CLIENT PAUSE WRITE, which are the writes and PFCOUNT (it may replicate a cache
+// update).
 var muxCommands = func() map[string]bool {
 	m := map[string]bool{"PING": false, "ECHO": false}
 	for name, cmd := range commands {
 		switch name {
-		case "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "BZPOPMIN", "BZPOPMAX", // block
+		case "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "BZPOPMIN", "BZPOPMAX", "BLMPOP", "BZMPOP", "XREAD", // block
 			"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO": // scripts may SELECT (Redis < 7) and run long
 			continue
 		}
@@ -55,7 +59,9 @@ var muxCommands = func() map[string]bool {
 // connection; byName says the name alone decided. Besides muxCommands, two commands
 // that clients send when they connect are no-ops there: CLIENT SETINFO (library name
 // and version, which redis-py, Jedis and node-redis send) only labels the shared
-// connection in CLIENT LIST, and SELECT 0 selects the database it is always on.
+// connection in CLIENT LIST, and SELECT 0 selects the database it is always on. XREAD is
+// shared when its second argument is STREAMS: it has no BLOCK option then, and never
+// blocks; the BLOCK option may come after COUNT, which is not looked at.
 func muxRoute(name, sub []byte, nargs int) (shared, write, byName bool) {
 	var buf [maxCommandName]byte
 	upper, ok := upperName(&buf, name)
@@ -70,6 +76,8 @@ func muxRoute(name, sub []byte, nargs int) (shared, write, byName bool) {
 		return bytes.EqualFold(sub, []byte("SETINFO")), false, false
 	case "SELECT":
 		return nargs == 2 && string(sub) == "0", false, false
+	case "XREAD":
+		return bytes.EqualFold(sub, []byte("STREAMS")), false, false
 	}
 	return false, false, false
 }
@@ -181,7 +189,11 @@ func (p *Proxy) openShared(resp3 bool) (net.Conn, error) {
 	}
 	if err == nil && resp3 {
 		reply, err = roundTrip(conn, "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
-		if err == nil && reply[0] != '%' {
+		switch {
+		case err != nil:
+			// twemproxy, which knows no HELLO, closes the connection.
+			err = fmt.Errorf("%w: %w", errNoResp3, err)
+		case reply[0] != '%':
 			err = fmt.Errorf("%w: answered %q; want a RESP3 map", errNoResp3, reply[:min(len(reply), 120)])
 		}
 	}
@@ -191,6 +203,65 @@ func (p *Proxy) openShared(resp3 bool) (net.Conn, error) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return conn, nil
+}
+
+// Redis's defaults for the limits commandLimit asks for.
+const (
+	redisProtoMaxBulkLen     = 512 << 20 // proto-max-bulk-len
+	redisClientQueryBufLimit = 1 << 30   // client-query-buffer-limit
+)
+
+// commandLimit asks Redis on conn, a new shared connection, for the longest command it
+// takes from a client: the lower of proto-max-bulk-len (a longer bulk string is a
+// protocol error) and client-query-buffer-limit (a longer query buffer makes Redis close
+// the connection). Either ends the connection the command came on, and with it, on a
+// shared connection, every other client's commands queued after it, so the loop pins a
+// client whose command is longer. Where CONFIG GET is refused (renamed, or denied by an
+// ACL) Redis's defaults stand, which no command within BufferSize reaches. An error
+// only when conn fails, which is what a server that closes a connection on a command it
+// does not know (twemproxy) does.
+func (p *Proxy) commandLimit(conn net.Conn) (int64, error) {
+	_ = conn.SetDeadline(time.Now().Add(p.dialer.Timeout))
+	limit := int64(math.MaxInt64)
+	for _, param := range [...]struct {
+		name string
+		def  int64
+	}{
+		{"proto-max-bulk-len", redisProtoMaxBulkLen},
+		{"client-query-buffer-limit", redisClientQueryBufLimit},
+	} {
+		reply, err := roundTrip(conn, "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$"+
+			strconv.Itoa(len(param.name))+"\r\n"+param.name+"\r\n")
+		if err != nil {
+			return 0, err
+		}
+		v, ok := configValue(reply)
+		if !ok {
+			v = param.def
+		}
+		limit = min(limit, v)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return limit, nil
+}
+
+// configValue returns the value in a reply to a CONFIG GET of one parameter, an array
+// (RESP2) or a map (RESP3) of its name and its value; ok is false for an error, an empty
+// reply (no such parameter) or a value that is not a positive integer.
+func configValue(reply []byte) (v int64, ok bool) {
+	if len(reply) == 0 || reply[0] != '*' && reply[0] != '%' {
+		return 0, false
+	}
+	body, ok := bytes.CutSuffix(reply, []byte("\r\n"))
+	i := bytes.LastIndex(body, []byte("\r\n"))
+	if !ok || i < 0 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(string(body[i+2:]), 10, 64)
+	if err != nil || v <= 0 {
+		return 0, false
+	}
+	return v, true
 }
 
 // roundTrip sends one command on conn and reads its whole reply, with the replyScanner

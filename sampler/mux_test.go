@@ -1417,3 +1417,279 @@ func TestMuxBulkLengthOverLimit(t *testing.T) {
 		muxDial(t, addr).expect(t, "+PONG\r\n", "PING")
 	})
 }
+
+// TestMuxCommandOverRedisLimit: Redis was started with a limit lower than the proxy's
+// buffer, and a client sends a command that fits the buffer but not the limit. Redis
+// refuses it (proto-max-bulk-len: a protocol error; client-query-buffer-limit: it closes
+// the connection) and ends the connection it came on; on a shared connection that would
+// also end every other client's commands queued there. Only the client that sent it
+// may see an error or its connection closed.
+//
+// Writes are paused, and client b's SET waits on the shared writes connection: Redis
+// reads what comes after it there but parses nothing more until the pause ends, so a's
+// big SET, then c's SET, are sure to be queued behind b's.
+func TestMuxCommandOverRedisLimit(t *testing.T) {
+	value := strings.Repeat("v", 2<<20)
+	big := muxCmd("SET", "limit:a", value)
+	for _, limit := range []string{"proto-max-bulk-len", "client-query-buffer-limit"} {
+		for _, m := range muxModes {
+			t.Run(limit+"/"+m.name, func(t *testing.T) {
+				srv := redistest.Start(t, redistest.Options{Args: []string{"--" + limit, "1mb"}})
+				p := muxProxy(t, srv, m.perClient, 4<<20)
+				addr := p.Addr().String()
+				direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+				defer direct.Close()
+				ctx := context.Background()
+				a, b, c := muxDial(t, addr), muxDial(t, addr), muxDial(t, addr)
+				for _, x := range []*muxConn{a, b, c} {
+					x.expect(t, "+PONG\r\n", "PING")
+				}
+				// qbuf sums the bytes Redis has read and not parsed, on all connections;
+				// sets counts the commands waiting for the pause.
+				qbuf := func() (sum int, sets int) {
+					list, err := direct.ClientList(ctx).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, f := range strings.Fields(list) {
+						if n, ok := strings.CutPrefix(f, "qbuf="); ok {
+							v, _ := strconv.Atoi(n)
+							sum += v
+						}
+						if f == "cmd=set" {
+							sets++
+						}
+					}
+					return sum, sets
+				}
+				if err := direct.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
+					t.Fatal(err)
+				}
+				unpaused := false
+				unpause := func() {
+					if !unpaused {
+						unpaused = true
+						if err := direct.ClientUnpause(ctx).Err(); err != nil {
+							t.Error(err)
+						}
+					}
+				}
+				defer unpause()
+				b.send(t, muxCmd("SET", "limit:b", "1"))
+				waitFor(t, "b's SET to wait for the pause", func() bool { _, sets := qbuf(); return sets > 0 })
+
+				a.send(t, big)
+				// a's SET is refused at once on a connection of its own; on the shared one
+				// it is queued behind b's, whole, unless Redis already closed it.
+				type reply struct {
+					got string
+					err error
+				}
+				aReply := make(chan reply, 1)
+				go func() {
+					got, err := muxReadReply(a.r)
+					aReply <- reply{got, err}
+				}()
+				var ra *reply
+				answered := func() bool {
+					if ra == nil {
+						select {
+						case r := <-aReply:
+							ra = &r
+						default:
+						}
+					}
+					return ra != nil
+				}
+				waitFor(t, "a's big SET to reach Redis", func() bool {
+					sum, sets := qbuf()
+					return answered() || sum >= len(big) || sets == 0
+				})
+				behind, setsBefore := qbuf()
+				small := muxCmd("SET", "limit:c", "1")
+				c.send(t, small)
+				// c's SET waits for the pause: behind b's, or on a connection of its own.
+				waitFor(t, "c's SET to reach Redis", func() bool {
+					sum, sets := qbuf()
+					return sum >= behind+len(small) || sets > setsBefore
+				})
+				unpause()
+
+				if !answered() {
+					r := <-aReply
+					ra = &r
+				}
+				if ra.err == nil && !strings.HasPrefix(ra.got, "-ERR Protocol error") {
+					t.Errorf("a, SET over the limit: got %q; want a protocol error or the connection closed", ra.got)
+				}
+				for _, x := range []struct {
+					name string
+					c    *muxConn
+				}{{"b, queued before a's SET", b}, {"c, queued after a's SET", c}} {
+					if got, err := muxReadReply(x.c.r); got != muxOK {
+						t.Errorf("%s: got %q, %v; want +OK", x.name, got, err)
+					}
+				}
+				muxDial(t, addr).expect(t, muxBulk("1"), "GET", "limit:c")
+			})
+		}
+	}
+}
+
+// TestMuxCommandLimitRefused: where CONFIG GET is refused (renamed, or denied by an ACL),
+// the proxy takes Redis's default limits: Redis is still shared, and a command within
+// BufferSize stays on the shared connection.
+func TestMuxCommandLimitRefused(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"renamed", []string{"--rename-command", "CONFIG", "hidden-config"}},
+		{"ACL", []string{"--user", "default", "on", "nopass", "~*", "&*", "+@all", "-config"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.Options{Args: tt.args})
+			p := muxProxy(t, srv, false, 4<<20)
+			c := muxDial(t, p.Addr().String())
+			value := strings.Repeat("v", 2<<20)
+			c.expect(t, muxOK, "SET", "refused:k", value)
+			c.expect(t, muxBulk(value), "GET", "refused:k")
+			st := p.Stats()
+			if st.SharedClients != 1 || st.Pins[sampler.PinTooLarge] != 0 || st.SharedFailures != 0 {
+				t.Fatalf("stats: %d shared clients, %d pinned as too large, %d shared failures; want 1, 0, 0",
+					st.SharedClients, st.Pins[sampler.PinTooLarge], st.SharedFailures)
+			}
+		})
+	}
+}
+
+// TestMuxBlockingCommands: a command that blocks until another client writes (BLMPOP,
+// BZMPOP, XREAD with BLOCK, wherever BLOCK comes) must not hold back other clients'
+// commands, as it would on a shared connection, where Redis answers nothing after it
+// until it returns.
+func TestMuxBlockingCommands(t *testing.T) {
+	tests := []struct {
+		name    string
+		block   []string // blocks until wake
+		other   []string // another client's command, of the same kind (read or write)
+		want    string   // its reply
+		wake    []string
+		replied string // the start of the blocked command's reply
+	}{
+		{"BLMPOP", []string{"BLMPOP", "0", "1", "blk:list", "LEFT"}, []string{"SET", "blk:w", "1"}, muxOK,
+			[]string{"RPUSH", "blk:list", "x"}, "*2\r\n$8\r\nblk:list\r\n"},
+		{"BZMPOP", []string{"BZMPOP", "0", "1", "blk:zset", "MIN"}, []string{"SET", "blk:w", "1"}, muxOK,
+			[]string{"ZADD", "blk:zset", "1", "m"}, "*2\r\n$8\r\nblk:zset\r\n"},
+		{"XREAD BLOCK", []string{"XREAD", "BLOCK", "0", "STREAMS", "blk:s1", "$"}, []string{"GET", "blk:r"}, muxNil,
+			[]string{"XADD", "blk:s1", "*", "f", "v"}, "*1\r\n*2\r\n$6\r\nblk:s1\r\n"},
+		{"XREAD COUNT BLOCK", []string{"XREAD", "COUNT", "1", "BLOCK", "0", "STREAMS", "blk:s2", "$"}, []string{"GET", "blk:r"}, muxNil,
+			[]string{"XADD", "blk:s2", "*", "f", "v"}, "*1\r\n*2\r\n$6\r\nblk:s2\r\n"},
+	}
+	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+		direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		defer direct.Close()
+		ctx := context.Background()
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				a, b := muxDial(t, addr), muxDial(t, addr)
+				a.expect(t, "+PONG\r\n", "PING")
+				b.expect(t, "+PONG\r\n", "PING")
+				a.send(t, muxCmd(tt.block...))
+				waitFor(t, tt.name+" to block", func() bool {
+					n, err := direct.Info(ctx, "clients").Result()
+					return err == nil && strings.Contains(n, "blocked_clients:1\r\n")
+				})
+				b.expect(t, tt.want, tt.other...)
+				b.do(t, tt.wake...)
+				if got := a.reply(t); !strings.HasPrefix(got, tt.replied) {
+					t.Fatalf("%s once woken: got %q; want %q…", tt.name, got, tt.replied)
+				}
+			})
+		}
+	})
+}
+
+// TestMuxConnectionCommands: commands that change or end the connection they come on,
+// each sent by a client that was on the shared connections, with commands of its own
+// before and after in one write. Each pins it, so none reaches a shared connection: a
+// client that stayed shared gets exactly its replies, before and after, and no shared
+// connection fails.
+func TestMuxConnectionCommands(t *testing.T) {
+	tests := []struct {
+		name string
+		req  string // after "SET conn:a 1"
+		skip int    // replies after its +OK not looked at
+		want string // the replies after those; then end of file when eof
+		eof  bool
+	}{
+		{"QUIT", "QUIT\r\nGET conn:a\r\n", 0, muxOK, true},
+		{"RESET", "RESET\r\nGET conn:a\r\n", 0, "+RESET\r\n" + muxBulk("1"), false},
+		{"CLIENT REPLY OFF", "CLIENT REPLY OFF\r\nGET conn:a\r\nCLIENT REPLY ON\r\nGET conn:a\r\n", 0, muxOK + muxBulk("1"), false},
+		{"CLIENT REPLY SKIP", "CLIENT REPLY SKIP\r\nGET conn:a\r\nGET conn:a\r\n", 0, muxBulk("1"), false},
+		{"CLIENT SETNAME", "CLIENT SETNAME x\r\nCLIENT GETNAME\r\n", 0, muxOK + muxBulk("x"), false},
+		{"CLIENT TRACKING", "CLIENT TRACKING ON\r\nGET conn:a\r\n", 0, muxOK + muxBulk("1"), false},
+		{"CLIENT NO-EVICT", "CLIENT NO-EVICT ON\r\nGET conn:a\r\n", 0, muxOK + muxBulk("1"), false},
+		{"HELLO SETNAME", "HELLO 2 SETNAME x\r\nCLIENT GETNAME\r\n", 1, muxBulk("x"), false}, // HELLO's map skipped
+		{"AUTH wrong", "AUTH nosuchuser wrong\r\nGET conn:a\r\n", 0, "-WRONGPASS invalid username-password pair or user is disabled.\r\n" + muxBulk("1"), false},
+		{"READONLY", "READONLY\r\nGET conn:a\r\n", 0, "-ERR This instance has cluster support disabled\r\n" + muxBulk("1"), false},
+		{"WAIT", "WAIT 0 0\r\nGET conn:a\r\n", 0, muxInt(0) + muxBulk("1"), false},
+	}
+	srv := redistest.Start(t)
+	p := muxProxy(t, srv, false, 0)
+	addr := p.Addr().String()
+	b := muxDial(t, addr)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := muxDial(t, addr)
+			a.expect(t, "+PONG\r\n", "PING")
+			pins := p.Stats().Pins[sampler.PinCommand]
+			b.send(t, muxCmd("SET", "conn:b", strconv.Itoa(i))+muxCmd("GET", "conn:b"))
+			a.send(t, "SET conn:a 1\r\n"+tt.req)
+			b.send(t, muxCmd("INCR", "conn:b")+muxCmd("GET", "conn:b"))
+			if got := a.reply(t); got != muxOK {
+				t.Fatalf("SET before %s: got %q; want +OK", tt.name, got)
+			}
+			for range tt.skip {
+				a.reply(t)
+			}
+			var got strings.Builder
+			for got.Len() < len(tt.want) {
+				got.WriteString(a.reply(t))
+			}
+			if got.String() != tt.want {
+				t.Fatalf("%q: got %q; want %q", tt.req, got.String(), tt.want)
+			}
+			if tt.eof {
+				a.expectEOF(t)
+			}
+			v := strconv.Itoa(i)
+			want := []string{muxOK, muxBulk(v), muxInt(int64(i + 1)), muxBulk(strconv.Itoa(i + 1))}
+			for j, w := range want {
+				if got := b.reply(t); got != w {
+					t.Fatalf("another client's reply %d while a sent %s: got %q; want %q", j, tt.name, got, w)
+				}
+			}
+			if st := p.Stats(); st.SharedFailures != 0 || st.SharedClients < 1 || st.Pins[sampler.PinCommand] != pins+1 {
+				t.Fatalf("after %s: %d shared failures, %d shared clients, %d more pinned for a command; want 0, at least 1, 1",
+					tt.name, st.SharedFailures, st.SharedClients, st.Pins[sampler.PinCommand]-pins)
+			}
+		})
+	}
+}
+
+// TestMuxBehindTwemproxy: a server that closes a connection on a command it does not know,
+// as twemproxy does on CONFIG, leaves the proxy sharing its connections, with Redis's
+// default limits, rather than failing to share them.
+func TestMuxBehindTwemproxy(t *testing.T) {
+	srv := redistest.Start(t)
+	tw := redistest.StartTwemproxy(t, srv.Addr())
+	p := startProxy(t, sampler.ProxyOptions{Upstream: tw.Addr(), Sink: newRecordSink()})
+	a, b := muxDial(t, p.Addr().String()), muxDial(t, p.Addr().String())
+	a.expect(t, muxOK, "SET", "tw:k", "1")
+	b.expect(t, muxInt(2), "INCR", "tw:k")
+	a.expect(t, muxBulk("2"), "GET", "tw:k")
+	st := p.Stats()
+	if st.SharedClients != 2 || st.SharedFailures != 0 {
+		t.Fatalf("stats: %d shared clients, %d shared failures; want 2, 0", st.SharedClients, st.SharedFailures)
+	}
+}

@@ -34,7 +34,8 @@ type ProxyOptions struct {
 	Sink Sink
 	// BufferSize is the size of each connection's forwarding buffers, the most bytes one
 	// read moves, and the largest command a client may send over the shared connection
-	// (a larger one gives it a connection of its own). Default 64 KiB.
+	// (a larger one, or one larger than Redis takes, gives it a connection of its own).
+	// Default 64 KiB.
 	BufferSize int
 	// BatchSize is how many samples a Batch holds at most. Default 256.
 	BatchSize int
@@ -87,23 +88,26 @@ const proxyBatches = 4
 // what clients send and what Redis answers byte for byte, and samples the commands.
 //
 // By default (on Linux) it multiplexes, as twemproxy does: the plain commands of every
-// client — the key commands of the command table except blocking pops and scripts, plus
-// PING and ECHO — go over connections to Redis that all clients share, written in one
-// write per turn of an event loop, so Redis reads and answers many clients at once; each
-// reply goes back to the client whose command it answers. There is one shared
-// connection for reads and one for writes (so that writes Redis holds back during a
-// failover do not hold back reads), for each protocol: a client that opens with a plain
-// HELLO 3 (go-redis v9, Lettuce) is served by the RESP3 pair. CLIENT SETINFO and SELECT
-// 0, which clients send when they connect, are shared too: on a shared connection they
-// change nothing that matters. A client's first other command (AUTH, SELECT of another
-// database, HELLO with AUTH or SETNAME or after other commands, MULTI, WATCH, BLPOP,
-// SUBSCRIBE, another CLIENT subcommand, WAIT, EVAL, an unknown command), bytes that do
-// not parse, or a command larger than BufferSize pins it: once the shared connection has
-// answered all it sent there, the client gets a connection of its own and from then on
-// its bytes pass both ways untouched, so everything Redis speaks keeps working —
-// pipelining, AUTH and SELECT, blocking commands, MULTI/EXEC, pub/sub, RESP3, MONITOR
-// (a client that switched to RESP3 on the shared connection has its own one switched
-// too, with HELLO 3, before its bytes go there).
+// client — the key commands of the command table except those that may block (blocking
+// pops, and XREAD unless STREAMS is its first option) and scripts, plus PING and ECHO —
+// go over connections to Redis that all clients share, written in one write per turn of
+// an event loop, so Redis reads and answers many clients at once; each reply goes back
+// to the client whose command it answers. There is one shared connection for reads and
+// one for writes (so that writes Redis holds back during a failover do not hold back
+// reads), for each protocol: a client that opens with a plain HELLO 3 (go-redis v9,
+// Lettuce) is served by the RESP3 pair. CLIENT SETINFO and SELECT 0, which clients send
+// when they connect, are shared too: on a shared connection they change nothing that
+// matters. A client's first other command (AUTH, SELECT of another database, HELLO with
+// AUTH or SETNAME or after other commands, MULTI, WATCH, BLPOP, SUBSCRIBE, another
+// CLIENT subcommand, WAIT, EVAL, an unknown command), bytes that do not parse, or a
+// command larger than BufferSize or than Redis takes (its proto-max-bulk-len and
+// client-query-buffer-limit, asked with CONFIG GET when a shared connection opens) pins
+// it: once the shared connection has answered all it sent there, the client gets a
+// connection of its own and from then on its bytes pass both ways untouched, so
+// everything Redis speaks keeps working — pipelining, AUTH and SELECT, blocking
+// commands, MULTI/EXEC, pub/sub, RESP3, MONITOR (a client that switched to RESP3 on the
+// shared connection has its own one switched too, with HELLO 3, before its bytes go
+// there).
 // What a shared connection changes for a client that is never pinned is only what Redis
 // reports about connections (CLIENT LIST, INFO clients). WAIT and WAITAOF count the writes
 // a client made on its own connection, not those it made before the pin. A Redis that
@@ -184,7 +188,7 @@ type ProxyStats struct {
 	SharedClients, OwnClients int64
 	// Pins counts clients moved from the shared connection to their own, by reason:
 	// PinCommand (a command that keeps state or blocks), PinMalformed (bytes that do not
-	// parse), PinTooLarge (a command larger than BufferSize).
+	// parse), PinTooLarge (a command larger than BufferSize or than Redis takes).
 	Pins map[string]uint64
 	// SharedFailures counts shared upstream connections that failed or could not be
 	// opened (Redis down, or wanting AUTH).

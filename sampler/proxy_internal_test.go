@@ -165,6 +165,13 @@ func TestMuxRoute(t *testing.T) {
 		{[]string{"MULTI"}, false, false},
 		{[]string{"WATCH", "k"}, false, false},
 		{[]string{"BLPOP", "q", "0"}, false, false},
+		{[]string{"BLMPOP", "0", "1", "q", "LEFT"}, false, false},
+		{[]string{"BZMPOP", "0", "1", "z", "MIN"}, false, false},
+		{[]string{"XREAD", "STREAMS", "s", "0"}, true, false},
+		{[]string{"xread", "streams", "s", "0"}, true, false},
+		{[]string{"XREAD", "BLOCK", "0", "STREAMS", "s", "$"}, false, false},
+		{[]string{"XREAD", "COUNT", "1", "STREAMS", "s", "0"}, false, false},
+		{[]string{"XREAD", "COUNT", "1", "BLOCK", "0", "STREAMS", "s", "$"}, false, false},
 		{[]string{"SUBSCRIBE", "ch"}, false, false},
 		{[]string{"WAIT", "1", "0"}, false, false},
 		{[]string{"EVAL", "return 1", "0"}, false, false},
@@ -221,4 +228,27 @@ func BenchmarkMuxRoute(b *testing.B) {
 			m.route(name, nil, 2)
 		}
 	})
+}
+
+func TestConfigValue(t *testing.T) {
+	tests := []struct {
+		reply string
+		v     int64
+		ok    bool
+	}{
+		{"*2\r\n$18\r\nproto-max-bulk-len\r\n$7\r\n1048576\r\n", 1048576, true},
+		{"%1\r\n$25\r\nclient-query-buffer-limit\r\n$10\r\n1073741824\r\n", 1073741824, true},
+		{"*0\r\n", 0, false},
+		{"%0\r\n", 0, false},
+		{"-NOPERM this user has no permissions to run the 'config|get' command\r\n", 0, false},
+		{"-ERR unknown command 'CONFIG'\r\n", 0, false},
+		{"*2\r\n$1\r\nx\r\n$3\r\nabc\r\n", 0, false},
+		{"*2\r\n$1\r\nx\r\n$1\r\n0\r\n", 0, false},
+		{"", 0, false},
+	}
+	for _, tt := range tests {
+		if v, ok := configValue([]byte(tt.reply)); v != tt.v || ok != tt.ok {
+			t.Errorf("configValue(%q): got %d, %v; want %d, %v", tt.reply, v, ok, tt.v, tt.ok)
+		}
+	}
 }

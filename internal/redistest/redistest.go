@@ -20,7 +20,7 @@ import (
 )
 
 // installHint is appended to every "binary not found" failure.
-const installHint = "run ./scripts/test.sh, which installs redis-server and redis-tools"
+const installHint = "run ./scripts/test.sh, which installs redis-server, redis-tools and nutcracker"
 
 // startTimeout bounds how long a server may take to answer PING, and a cluster to reach
 // cluster_state:ok.
