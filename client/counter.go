@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,17 +15,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hotkeyd/hotkeyd/mitigate"
+	"github.com/hotkeyd/hotkeyd/sampler"
 )
 
 // MaxFlushTries is how many flushes in a row a batched sum may fail before it is given up
 // (logged at Error and counted in CounterStats.Dropped).
 const MaxFlushTries = 3
-
-// counterGrace is how long after the lease of a sharded_counter entry ends, and after
-// the client heard that it ended, Get keeps reading its sub-counters whatever it finds in
-// them: the executor's default GracePeriod (one lease), during which stale writers may
-// still add to them (docs/plan.md, "What readers and writers must do").
-const counterGrace = mitigate.DefaultLease
 
 // CounterStats counts what a Counter did.
 type CounterStats struct {
@@ -50,18 +44,18 @@ type CounterStats struct {
 // Counter adds to and reads integer counters (INCRBY keys) following the plan. Unlike
 // the hook, it changes what an increment returns, which is why it is an API of its own:
 //
-//   - no entry for the key (or the agent away, or the lease run out): Add is INCRBY key
-//     and Get is GET key (absent is 0);
+//   - no entry for the key (or the agent away, or the lease run out): Add is INCRBY key;
 //   - an enforced sharded_counter entry: Add is INCRBY of one of the entry's sub-counters,
-//     picked with Options.Rand, and Get is mitigate.ReadCounter: the key plus every
-//     sub-counter plus the folds in flight, exact. Once the client has held an entry, Get
-//     keeps reading its sub-counters after the entry's lease ran out, until all three
-//     hold: a plan without the entry came from the agent, one lease
-//     (mitigate.DefaultLease) has passed since then and since the entry's lease ended
-//     (writers that had not heard of the end still add to the sub-counters meanwhile),
-//     and a read found the sub-counter empty (the agent folded it back). Only the agent
-//     folds: while it is away the increments stay in the sub-counters, and a Get of the
-//     key alone would miss them;
+//     picked with Options.Rand, after listing it where every reader finds it
+//     (mitigate.ListSubCounter, one more round trip, once per sub-counter per
+//     mitigate.ListRenewal; if the listing fails, Add takes the plain path);
+//   - Get is mitigate.ReadListedCounter: the key and its list of sub-counters in one round
+//     trip, and, when some are listed, the exact sum of the key, the sub-counters and the
+//     folds in flight (mitigate.ReadCounter). Sub-counters stay listed until the agent
+//     has folded them back and nobody writes them any more, so Get is exact whether or
+//     not this process holds a plan, the agent is away, or the entry ended. With an L1
+//     entry for the key and no sharded_counter entry, Get is GET key instead, which the
+//     L1 may answer (up to its TTL);
 //   - an enforced batched_counter entry: Add adds n to a sum kept in the process and
 //     returns nil at once, without calling Redis; a background goroutine sends one INCRBY
 //     per key per FlushInterval (counted from the first Add after the previous flush),
@@ -89,7 +83,6 @@ type CounterStats struct {
 // increments added in the last FlushInterval before it (plus those held back by failing
 // flushes). Close (Client.Close) flushes everything pending before it returns.
 //
-// A Get of a key the plan also caches in L1 may be answered from the L1 (up to its TTL).
 // Adds after Close take the plain path. A Counter is safe for concurrent use.
 type Counter struct {
 	c *Client
@@ -101,8 +94,8 @@ type Counter struct {
 	// Get sees each sum in exactly one place.
 	flushMu sync.RWMutex
 
-	recentMu sync.Mutex                      // guards recent
-	recent   map[string]map[string]recentSub // key → sub-counter name → until when Get must read it
+	listMu sync.Mutex           // guards listed
+	listed map[string]time.Time // sub-counter → until when Add may increment it without listing it again (Client clock)
 
 	closed    atomic.Bool   // set by Close before it drains the stripes; read under a stripe's lock by Add
 	kick      chan struct{} // holds at most one wake-up for the flusher: a new sum is pending
@@ -133,19 +126,8 @@ type batch struct {
 	tries int           // failed flushes so far
 }
 
-// recentSub is a sub-counter of a sharded_counter entry the client held. Get reads it
-// until the client has heard from the agent that the entry ended (a plan without it),
-// until has passed (Client clock), and a read then found it empty. Only the agent folds
-// sub-counters back into their key, so a lease that runs out because the agent is away
-// is not enough: the increments in the sub-counter stay there until an agent folds them.
-type recentSub struct {
-	node  mitigate.Node
-	until time.Time // one lease after the entry's lease, and after the end was heard
-	ended bool      // a plan without the entry (or without this sub-counter) came
-}
-
 func newCounter(c *Client) *Counter {
-	k := &Counter{c: c, recent: make(map[string]map[string]recentSub),
+	k := &Counter{c: c, listed: make(map[string]time.Time),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range k.stripes {
 		k.stripes[i].pending = make(map[string]*batch)
@@ -172,9 +154,10 @@ func (k *Counter) Add(ctx context.Context, key string, n int64) error {
 		}
 	}
 	if s, ok := ix.leased(key, mitigate.ShardedCounter, now); ok {
-		i := c.pick(len(s.SubCounters))
-		k.sharded.Add(1)
-		return mitigate.IncrCounter(ctx, c.rdb, key, s.SubCounters[i:i+1], n)
+		if sub := k.target(ctx, key, s, now); sub != key {
+			k.sharded.Add(1)
+			return c.rdb.IncrBy(ctx, sub, n).Err()
+		}
 	}
 	k.plain.Add(1)
 	return c.rdb.IncrBy(ctx, key, n).Err()
@@ -217,37 +200,15 @@ func (k *Counter) addPending(key string, n int64, every time.Duration) bool {
 	return true
 }
 
-// Get returns the value of the counter key, following the plan (see Counter): with a
-// sharded_counter entry held now or before (until its sub-counters are found folded
-// after the entry ended), the exact sum of the key and its sub-counters; plus the sums
-// of batched Adds not yet acknowledged by Redis.
+// Get returns the value of the counter key (see Counter): the exact sum of the key and
+// of the sub-counters listed for it, whatever plan this process holds, plus the sums of
+// batched Adds not yet acknowledged by Redis.
 func (k *Counter) Get(ctx context.Context, key string) (int64, error) {
-	c := k.c
 	k.flushMu.RLock()
 	defer k.flushMu.RUnlock()
-	// The plan is read under flushMu, after any flush that moved a sum Get must see, so
-	// the sub-counter that flush chose is among these.
-	now := c.now()
-	subs, done := k.readSubs(key, now)
-	var v int64
-	if len(subs) > 0 {
-		var empty []bool
-		var err error
-		if v, empty, err = mitigate.ReadCounterEmpty(ctx, c.rdb, key, subs); err != nil {
-			return 0, err
-		}
-		k.forget(key, subs, empty, done, now)
-	} else {
-		s, err := c.rdb.Get(ctx, key).Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
-			return 0, err
-		default:
-			if v, err = strconv.ParseInt(s, 10, 64); err != nil {
-				return 0, fmt.Errorf("client: counter %q: value %q is not an integer", key, s)
-			}
-		}
+	v, err := k.read(ctx, key)
+	if err != nil {
+		return 0, err
 	}
 	st := k.stripe(key)
 	st.mu.Lock()
@@ -262,98 +223,86 @@ func (k *Counter) Get(ctx context.Context, key string) (int64, error) {
 	return v + pending, nil
 }
 
+// read returns key's value in Redis. With an L1 entry for the key and no sharded_counter
+// entry it is a GET, which the plan hook may answer from the L1; else the key and its
+// listed sub-counters (mitigate.ReadListedCounter), sent as the client's own commands,
+// which the hooks leave alone (the plan hook would take its script for a write of the
+// key), and sampled as one read of the key.
+func (k *Counter) read(ctx context.Context, key string) (int64, error) {
+	c := k.c
+	now := c.now()
+	ix := c.follower.cur.Load()
+	if _, sharded := ix.leased(key, mitigate.ShardedCounter, now); !sharded && ix != nil && ix.keys[key] != nil && ix.keys[key].l1(now) > 0 {
+		s, err := c.rdb.Get(ctx, key).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			return 0, nil
+		case err != nil:
+			return 0, err
+		}
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("client: counter %q: value %q is not an integer", key, s)
+		}
+		return v, nil
+	}
+	v, err := mitigate.ReadListedCounter(internal(ctx), c.rdb, key)
+	c.reporter.sample(key, sampler.OpRead)
+	return v, err
+}
+
 // overflows reports whether a + b wraps around an int64.
 func overflows(a, b int64) bool {
 	s := a + b
 	return (b > 0 && s < a) || (b < 0 && s > a)
 }
 
-// readSubs returns the sub-counters Get must read for key: those of the entry held now
-// and those of every entry held before that it has not forgotten. done says which of them
-// Get may forget if it finds them empty: their entry ended, and one lease has passed.
-func (k *Counter) readSubs(key string, now time.Time) (subs []mitigate.Node, done []bool) {
-	if e, ok := k.c.follower.cur.Load().leased(key, mitigate.ShardedCounter, now); ok {
-		subs = append(subs, e.SubCounters...)
-		done = make([]bool, len(subs))
+// target picks the sub-counter of e an increment of key goes to, listed where readers
+// find it (mitigate.ListSubCounter) unless this process listed it within
+// mitigate.ListRenewal and under a lease that has not run out since. It returns key
+// when the listing fails: an increment of the key itself is never lost to a reader.
+func (k *Counter) target(ctx context.Context, key string, e leasedEntry, now time.Time) string {
+	c := k.c
+	sub := e.SubCounters[c.pick(len(e.SubCounters))].Name
+	k.listMu.Lock()
+	fresh := now.Before(k.listed[sub])
+	k.listMu.Unlock()
+	if fresh {
+		return sub
 	}
-	k.recentMu.Lock()
-	defer k.recentMu.Unlock()
-	for _, name := range slices.Sorted(maps.Keys(k.recent[key])) {
-		r := k.recent[key][name]
-		if !slices.ContainsFunc(subs, func(n mitigate.Node) bool { return n.Name == name }) {
-			subs = append(subs, r.node)
-			done = append(done, r.ended && now.After(r.until))
-		}
+	if err := mitigate.ListSubCounter(internal(ctx), c.rdb, key, sub); err != nil {
+		c.log.Warn("hotkeyd: listing a sub-counter failed; incrementing the key itself", "key", key, "sub", sub, "err", err)
+		return key
 	}
-	return subs, done
+	// Bound by the lease too: once it has run out, the executor may take sub off the
+	// list after its grace period, and a later entry with the same sub-counters must
+	// list it again.
+	until := now.Add(mitigate.ListRenewal)
+	if e.until.Before(until) {
+		until = e.until
+	}
+	k.listMu.Lock()
+	k.listed[sub] = until
+	k.listMu.Unlock()
+	return sub
 }
 
-// forget drops the sub-counters of key that Get found empty when it could forget them:
-// nobody writes them any more, so their value is in the key for good. A sub-counter that
-// a plan made live again meanwhile (or whose end was heard again later) is kept.
-func (k *Counter) forget(key string, subs []mitigate.Node, empty, done []bool, now time.Time) {
-	if !slices.Contains(done, true) {
-		return
-	}
-	k.recentMu.Lock()
-	defer k.recentMu.Unlock()
-	m := k.recent[key]
-	for i, s := range subs {
-		if r, ok := m[s.Name]; ok && done[i] && empty[i] && r.ended && now.After(r.until) {
-			delete(m, s.Name)
-		}
-	}
-	if len(m) == 0 {
-		delete(k.recent, key)
-	}
-}
-
-// onPlan runs when a new plan arrives: it notes the sub-counters of each sharded_counter
-// entry, for Get to read (see recentSub), and marks those the plan no longer lists as
-// ended, to be read for one more lease at least.
+// onPlan runs when a new plan arrives: it forgets the listings of sub-counters the plan
+// does not use any more, so that an entry using them again lists them again.
 func (k *Counter) onPlan(ix *planIndex) {
-	now := k.c.now()
-	k.recentMu.Lock()
-	defer k.recentMu.Unlock()
-	for key, subs := range k.recent {
-		var listed []mitigate.Node
-		if kp := ix.keys[key]; kp != nil {
-			for _, e := range kp.others {
-				if e.Kind == mitigate.ShardedCounter {
-					listed = e.SubCounters
+	used := make(map[string]bool)
+	for _, kp := range ix.keys {
+		for _, e := range kp.others {
+			if e.Kind == mitigate.ShardedCounter {
+				for _, n := range e.SubCounters {
+					used[n.Name] = true
 				}
 			}
 		}
-		for name, r := range subs {
-			if !r.ended && !slices.ContainsFunc(listed, func(n mitigate.Node) bool { return n.Name == name }) {
-				r.ended, r.until = true, later(r.until, now.Add(counterGrace))
-				subs[name] = r
-			}
-		}
 	}
-	for key, kp := range ix.keys {
-		for _, e := range kp.others {
-			if e.Kind != mitigate.ShardedCounter {
-				continue
-			}
-			m := k.recent[key]
-			if m == nil {
-				m = make(map[string]recentSub)
-				k.recent[key] = m
-			}
-			for _, n := range e.SubCounters {
-				m[n.Name] = recentSub{node: n, until: later(m[n.Name].until, e.until.Add(counterGrace))}
-			}
-		}
-	}
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
+	k.listMu.Lock()
+	maps.DeleteFunc(k.listed, func(sub string, _ time.Time) bool { return !used[sub] })
+	k.listMu.Unlock()
 }
 
 // flusher sends the pending sums when they are due, until Close.
@@ -412,13 +361,13 @@ func (k *Counter) flush(all bool) (next time.Time) {
 	}
 	cnow := c.now()
 	ix := c.follower.cur.Load()
-	for i := range items {
-		if e, ok := ix.leased(items[i].key, mitigate.ShardedCounter, cnow); ok {
-			items[i].target = e.SubCounters[c.pick(len(e.SubCounters))].Name
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	for i := range items {
+		if e, ok := ix.leased(items[i].key, mitigate.ShardedCounter, cnow); ok {
+			items[i].target = k.target(ctx, items[i].key, e, cnow)
+		}
+	}
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range items {
 			items[i].cmd = p.IncrBy(ctx, items[i].target, items[i].b.sum)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	"github.com/hotkeyd/hotkeyd/internal/leaktest"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/mitigate"
+	"github.com/hotkeyd/hotkeyd/sampler"
 )
 
 func batchedEntry(key string, every, lease time.Duration) mitigate.Entry {
@@ -46,11 +49,17 @@ func topology(t *testing.T, im impl) *mitigate.Topology {
 // sub-counters and stashes of folds.
 func leftovers(t *testing.T, im impl) []string {
 	t.Helper()
+	return keysMatching(t, im, "{hk:sub*", "{hk:t*}stash:*")
+}
+
+// keysMatching returns the keys matching any of patterns on any primary.
+func keysMatching(t *testing.T, im impl, patterns ...string) []string {
+	t.Helper()
 	var out []string
 	ctx := context.Background()
 	for _, a := range im.addrs {
 		node := redis.NewClient(&redis.Options{Addr: a})
-		for _, pat := range []string{"{hk:sub*", "{hk:t*}stash:*"} {
+		for _, pat := range patterns {
 			keys, err := node.Keys(ctx, pat).Result()
 			if err != nil {
 				t.Fatalf("KEYS %s on %s: %v", pat, a, err)
@@ -417,10 +426,11 @@ func TestCounterBatchedOverflow(t *testing.T) {
 }
 
 // testCounterAgentAway: the agent goes away while a counter is sharded and stays away
-// past the client's lease and the grace after it; nothing folds the sub-counters. Get must
-// still count them (the value is there, in Redis), and Add must land in the key. When an
-// agent is back with a plan that no longer shards the key, Get keeps reading the
-// sub-counters until they have been folded and one lease has passed; then it forgets them.
+// past the client's lease; nothing folds the sub-counters. Get must still count them (the
+// value is there, in Redis), in this process and in one that never held the plan, and Add
+// must land in the key. When an agent is back, its Recover folds the sub-counters, and
+// one grace period later a round takes them off the key's list: Get then reads the key
+// alone, and the value is exact throughout.
 func testCounterAgentAway(t *testing.T, im impl) {
 	const key = "away:likes"
 	ctx := context.Background()
@@ -430,10 +440,17 @@ func testCounterAgentAway(t *testing.T, im impl) {
 	}
 	admin := im.new()
 	defer admin.Close()
+	listed := func() []string {
+		t.Helper()
+		return keysMatching(t, im, "{hk:t*}subs:"+key)
+	}
 	clean := func() {
 		admin.Del(ctx, key)
 		for _, s := range subs {
 			admin.Del(ctx, s.Name)
+		}
+		for _, l := range listed() {
+			admin.Del(ctx, l)
 		}
 	}
 	clean()
@@ -444,11 +461,15 @@ func testCounterAgentAway(t *testing.T, im impl) {
 	ps.publish(shardedEntry(key, subs, lease))
 	_, c := attach(t, im, ps, Options{Rand: seeded(3), Now: clock.Now})
 	waitVersion(t, c, 2)
+	// A process that never holds the plan: its agent has none.
+	_, fresh := attach(t, im, startPlanServer(t), Options{})
 	counter := c.Counter()
 	get := func(when string, want int64) {
 		t.Helper()
-		if got, err := counter.Get(ctx, key); err != nil || got != want {
-			t.Fatalf("Get %s: got %d, %v; want %d", when, got, err, want)
+		for _, k := range []*Counter{counter, fresh.Counter()} {
+			if got, err := k.Get(ctx, key); err != nil || got != want {
+				t.Fatalf("Get %s, by the process that held the plan (%v): got %d, %v; want %d", when, k == counter, got, err, want)
+			}
 		}
 	}
 	for range 10 {
@@ -459,12 +480,15 @@ func testCounterAgentAway(t *testing.T, im impl) {
 	if st := counter.Stats(); st.Sharded != 10 {
 		t.Fatalf("stats %+v; want 10 sharded Adds", st)
 	}
+	if n := len(listed()); n != 1 {
+		t.Fatalf("lists of %s's sub-counters: %d; want 1", key, n)
+	}
 	get("while sharded", 10)
 
 	// The agent goes away, and with it the folds; the lease and the grace after it pass.
 	ps.fail(http.StatusServiceUnavailable, nil)
 	waitFor(t, func() bool { return c.Stats().Plan.Errors > 0 })
-	clock.Add(lease + counterGrace + time.Second)
+	clock.Add(2*lease + time.Second)
 	get("with the agent away past the lease and the grace", 10)
 	if err := counter.Add(ctx, key, 5); err != nil {
 		t.Fatal(err)
@@ -479,28 +503,77 @@ func testCounterAgentAway(t *testing.T, im impl) {
 	ps.publish()
 	waitVersion(t, c, 3)
 	get("with the entry ended, before the fold", 15)
-	clock.Add(counterGrace + time.Second)
-	get("one lease after the end, before the fold", 15)
 
-	// The new agent's Recover folds the sub-counters.
-	exec, err := mitigate.NewExecutor(mitigate.ExecutorOptions{Redis: admin})
+	// The new agent's Recover folds the sub-counters; they stay listed for a grace period.
+	eclock := newFakeClock()
+	exec, err := mitigate.NewExecutor(mitigate.ExecutorOptions{Redis: admin, Now: eclock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := exec.Recover(ctx); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
+	get("after the fold", 15)
+	if n := len(listed()); n != 1 {
+		t.Fatalf("lists of %s's sub-counters right after the fold: %d; want 1", key, n)
+	}
+	eclock.Add(mitigate.DefaultLease + time.Second)
+	if err := exec.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	if l := listed(); len(l) != 0 {
+		t.Errorf("lists of %s's sub-counters one grace period after the fold: %q; want none", key, l)
+	}
+	get("after the sub-counters left the list", 15)
 	if err := exec.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	get("after the fold", 15)
-	c.counter.recentMu.Lock()
-	left := len(c.counter.recent[key])
-	c.counter.recentMu.Unlock()
-	if left != 0 {
-		t.Errorf("sub-counters Get still reads after they were found folded: %d; want 0", left)
-	}
 	if v, err := admin.Get(ctx, key).Int64(); err != nil || v != 15 {
 		t.Errorf("GET %s: got %d, %v; want 15", key, v, err)
+	}
+}
+
+// TestCounterGetSampledAsRead: a Get reports one read of the counter's key, whether the
+// key is sharded or not, and nothing of the script that reads the key and its list of
+// sub-counters, which the hook would take for a write of both.
+func TestCounterGetSampledAsRead(t *testing.T) {
+	srv := redistest.Start(t)
+	ps := startPlanServer(t)
+	const key = "sampled:likes"
+	subs := []mitigate.Node{{Name: "{hk:sub1:1}" + key}, {Name: "{hk:sub2:1}" + key}}
+	ps.publish(shardedEntry(key, subs, time.Minute))
+	// The agent's UDP port is its HTTP port.
+	u, err := url.Parse(ps.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &agentSamples{}
+	agent, err := sampler.NewUDPServer(sampler.UDPOptions{Listen: u.Host, Readers: 1, Sink: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go agent.Serve(context.Background())
+	t.Cleanup(func() { agent.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	c, err := Attach(rdb, Options{Agent: ps.URL(), Source: "app", SampleEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	waitVersion(t, c, 2)
+	ctx := context.Background()
+	for _, k := range []string{key, "plain:likes"} {
+		if _, err := c.Counter().Get(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); err != nil { // sends what is pending
+		t.Fatal(err)
+	}
+	got := rec.wait(t, 2)
+	slices.Sort(got)
+	if want := []string{"app read plain:likes", "app read " + key}; !slices.Equal(got, want) {
+		t.Errorf("samples of two Gets: %q; want %q", got, want)
 	}
 }

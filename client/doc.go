@@ -86,18 +86,16 @@
 // Sharded counters and fail open: increments made under a sharded_counter entry stay in
 // its sub-counters until the agent folds them back into the key, so they outlive the
 // entry's lease when the agent is away. Writes fail open (after the lease, Add is INCRBY
-// of the key); reads cannot, and Counter.Get keeps reading every sub-counter the client
-// has seen in a plan until the agent has ended the entry and a read after one more lease
-// found the sub-counter empty, for as long as that takes (meanwhile each Get costs a
-// ReadCounter, about three round trips, instead of one GET).
+// of the key). Reads stay exact because a writer lists each sub-counter in the key's list
+// before it first increments it, and the agent takes it off only after folding it: any
+// Counter.Get, in any process, with or without a plan, reads the key and its list in one
+// round trip, and the listed sub-counters too when there are any (about three round trips
+// then, instead of one).
 //
-// Known limitation: a process that never held the entry — it started while the agent was
-// away, or reads before its first plan (see WaitPlan) — does not know the sub-counters'
-// names and reads the key alone, missing the increments not yet folded: all of them while
-// the agent is away, until a new agent's Recover folds them. So does a plain GET of the
-// key, through this client or any other, at any time while the key is sharded. Read a
-// sharded counter only with Counter.Get from a process that held the plan, or keep
-// sharded_counter in observe or recommend mode (the default).
+// Known limitation: a plain GET of the key, through this client or any other, reads the
+// key alone and misses the increments not yet folded. Read a sharded counter with
+// Counter.Get (or mitigate.ReadListedCounter), or keep sharded_counter in observe or
+// recommend mode (the default).
 //
 // # Cache-aside
 //

@@ -56,6 +56,15 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 	}
 }
 
+// sample samples one access to key that the client's own API made with commands the hook
+// does not sample (Counter.Get's reads of a counter's list): 1 in SampleEvery, as the
+// hook samples commands. A nil Reporter (NoReports) samples nothing.
+func (r *Reporter) sample(key string, op sampler.Op) {
+	if r != nil && r.pick() && !r.closed.Load() {
+		r.enqueue(pending{key: key, op: op})
+	}
+}
+
 // pick reports whether to sample a command: true with probability 1/every. It maps a
 // random uint64 onto [0, every) with a multiplication (Lemire) and tests for 0, which
 // costs no division and no shared write.

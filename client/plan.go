@@ -89,22 +89,23 @@ func (k *keyPlan) split(now time.Time) bool {
 	return k.copies != nil && now.Before(k.copiesUntil)
 }
 
-// leased returns the key's enforced entry of a kind whose lease has not run out. The
-// Counter API reads sharded_counter and batched_counter entries through it.
-func (p *planIndex) leased(key string, kind mitigate.Kind, now time.Time) (mitigate.Entry, bool) {
+// leased returns the key's enforced entry of a kind whose lease has not run out, with
+// its lease's end. The Counter API reads sharded_counter and batched_counter entries
+// through it.
+func (p *planIndex) leased(key string, kind mitigate.Kind, now time.Time) (leasedEntry, bool) {
 	if p == nil {
-		return mitigate.Entry{}, false
+		return leasedEntry{}, false
 	}
 	k := p.keys[key]
 	if k == nil {
-		return mitigate.Entry{}, false
+		return leasedEntry{}, false
 	}
 	for _, e := range k.others {
 		if e.Kind == kind && now.Before(e.until) {
-			return e.Entry, true
+			return e, true
 		}
 	}
-	return mitigate.Entry{}, false
+	return leasedEntry{}, false
 }
 
 // newPlanIndex indexes p's enforced entries. Leases are Expires − Generated, counted from
@@ -212,13 +213,17 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// poll asks for a plan newer than the one held (waiting for it) and takes it; changed
-// reports whether a new plan came.
+// poll asks for a plan other than the one held (waiting for it) and takes it; changed
+// reports whether a new plan came. It names the plan held by its version and its
+// generated: an agent that restarted counts versions from 1 again and may have reached
+// the version held with another plan, which it then sends at once.
 func (f *follower) poll(ctx context.Context) (changed bool, err error) {
 	u := f.url
 	cur := f.cur.Load()
 	if cur != nil {
-		u += "?after=" + strconv.FormatUint(cur.plan.Version, 10) + "&wait=" + url.QueryEscape(f.wait.String())
+		u += "?after=" + strconv.FormatUint(cur.plan.Version, 10) +
+			"&generated=" + url.QueryEscape(cur.plan.Generated.Format(time.RFC3339Nano)) +
+			"&wait=" + url.QueryEscape(f.wait.String())
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -247,8 +252,8 @@ func (f *follower) poll(ctx context.Context) (changed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if cur != nil && p.Version == cur.plan.Version {
-		return false, errors.New("the agent answered with the plan version it was asked to wait past")
+	if cur != nil && p.Version == cur.plan.Version && p.Generated.Equal(cur.plan.Generated) {
+		return false, errors.New("the agent answered with the plan it was asked to wait past")
 	}
 	ix := newPlanIndex(p, f.now())
 	f.cur.Store(ix)

@@ -23,6 +23,11 @@ type internalKey struct{}
 
 func isInternal(ctx context.Context) bool { return ctx.Value(internalKey{}) != nil }
 
+// internal marks ctx as a context of commands the client sends itself.
+func internal(ctx context.Context) context.Context {
+	return context.WithValue(ctx, internalKey{}, true)
+}
+
 // planHook applies the plan to each command: L1 for GET, reads from copies, writes to
 // the original and its copies.
 type planHook struct{ c *Client }

@@ -27,6 +27,10 @@ import (
 //	{hk:t<n>}done:<id>:<key>  the fold <id> was added to <key>; same slot as <key>; expires
 //	{hk:t<n>}gen:<key>        counts the folds added to <key>, from a random start; same
 //	                          slot as <key>; expires
+//	{hk:t<n>}subs:<key>       the sub-counters that may hold part of <key>'s value: a set,
+//	                          added to by writers before they increment a sub-counter,
+//	                          removed from by the executor once it has folded one for good;
+//	                          same slot as <key>
 //
 // None of them starts with "{hk:sub" or "{hk:copy", so ParseName never mistakes them for
 // a name that Names made, whatever the original key is.
@@ -70,6 +74,21 @@ func doneName(key, id string) string { return slotTag(Slot(key)) + "done:" + id 
 
 // genName counts the folds added to key, in key's slot.
 func genName(key string) string { return slotTag(Slot(key)) + "gen:" + key }
+
+// listName lists the sub-counters that may hold part of key's value, in key's slot.
+func listName(key string) string { return slotTag(Slot(key)) + "subs:" + key }
+
+// listKey returns the key a list of sub-counters belongs to, and false for another name.
+func listKey(name string) (string, bool) {
+	if !strings.HasPrefix(name, "{hk:t") {
+		return "", false
+	}
+	_, key, ok := strings.Cut(name, "}subs:")
+	if !ok || listName(key) != name {
+		return "", false
+	}
+	return key, true
+}
 
 // stashSub returns the sub-counter a stash belongs to, and false for another name.
 func stashSub(name string) (string, bool) {
@@ -130,6 +149,11 @@ return 0`)
 local s = redis.call('HMGET', KEYS[2], 'id', 'value')
 return {redis.call('GET', KEYS[1]) or '', s[1] or '', s[2] or ''}`)
 
+	// readListed (reader, on the key's node). KEYS: key, its list of sub-counters. Reply:
+	// {value or "", the sub-counters listed}.
+	readListed = newScript(`
+return {redis.call('GET', KEYS[1]) or '', redis.call('SMEMBERS', KEYS[2])}`)
+
 	// readBase (reader, on the key's node). KEYS: key, gen, done markers…. Reply: {value,
 	// gen, exists(done 1), …}, "" for what is absent.
 	readBase = newScript(`
@@ -165,6 +189,62 @@ func IncrCounterRand(ctx context.Context, rdb Redis, r *mrand.Rand, key string, 
 	return nil
 }
 
+// ListSubCounter adds sub to key's list of sub-counters, where every reader finds it
+// (ReadListedCounter). A writer lists a sub-counter before it first increments it, and
+// again at least every ListRenewal while it goes on incrementing it; the executor takes
+// it off the list once it has folded it and no writer has written it for its grace
+// period (docs/plan.md, "What readers and writers must do").
+func ListSubCounter(ctx context.Context, rdb Redis, key, sub string) error {
+	if err := rdb.Do(ctx, "SADD", listName(key), sub).Err(); err != nil {
+		return fmt.Errorf("mitigate: counter %q: list sub-counter %s: %w", key, sub, err)
+	}
+	return nil
+}
+
+// ListRenewal is how long a writer may go on incrementing a sub-counter after it listed
+// it (ListSubCounter) before it lists it again: half the executor's default grace period,
+// so a listing is always renewed before the executor can have taken it off the list.
+const ListRenewal = DefaultLease / 2
+
+// ReadListedCounter returns the exact value of the logical counter key, reading the
+// sub-counters its writers listed (ListSubCounter): one round trip to the key's node when
+// none is listed, ReadCounter's cost otherwise. Unlike ReadCounter it needs no plan: any
+// process may call it, at any time.
+func ReadListedCounter(ctx context.Context, rdb Redis, key string) (int64, error) {
+	reply, err := readListed.run(ctx, rdb, []string{key, listName(key)}).Slice()
+	if err != nil {
+		return 0, fmt.Errorf("mitigate: read counter %q: %w", key, err)
+	}
+	var listed []any
+	ok := len(reply) == 2
+	if ok {
+		listed, ok = reply[1].([]any)
+	}
+	if !ok {
+		return 0, fmt.Errorf("mitigate: read counter %q: got %v from the key's node; want its value and its list", key, reply)
+	}
+	if len(listed) == 0 {
+		v, err := parseCount(reply[0])
+		if err != nil {
+			return 0, fmt.Errorf("mitigate: read counter %q: %w", key, err)
+		}
+		return v, nil
+	}
+	subs := make([]Node, len(listed))
+	for i, m := range listed {
+		subs[i] = Node{Name: str(m), Slot: Slot(str(m))}
+	}
+	return ReadCounter(ctx, rdb, key, subs)
+}
+
+// unlistSubCounter takes sub off key's list of sub-counters.
+func unlistSubCounter(ctx context.Context, rdb Redis, key, sub string) error {
+	if err := rdb.Do(ctx, "SREM", listName(key), sub).Err(); err != nil {
+		return fmt.Errorf("mitigate: counter %q: take sub-counter %s off its list: %w", key, sub, err)
+	}
+	return nil
+}
+
 // ReadCounter returns the exact value of the logical counter key whose sub-counters are
 // subs: the key plus every sub-counter plus every fold in flight not yet added to the key.
 // Pass every sub-counter the key may have had recently (an entry that ended less than the
@@ -176,21 +256,12 @@ func IncrCounterRand(ctx context.Context, rdb Redis, r *mrand.Rand, key string, 
 // counts every increment that completed before ReadCounter was called, and none that
 // started after it returned, exactly once.
 func ReadCounter(ctx context.Context, rdb Redis, key string, subs []Node) (int64, error) {
-	v, _, err := ReadCounterEmpty(ctx, rdb, key, subs)
-	return v, err
-}
-
-// ReadCounterEmpty is ReadCounter, also reporting for each of subs whether it held
-// nothing when read: no value (or 0) and no fold in flight. A reader may stop passing a
-// sub-counter found empty once no writer can add to it any more (its entry ended at
-// least one lease ago): its value is then in the key for good.
-func ReadCounterEmpty(ctx context.Context, rdb Redis, key string, subs []Node) (int64, []bool, error) {
 	gen := genName(key)
 	for try := 0; try < maxReadTries; try++ {
 		// 1. The fold count before the sub-counters are read.
 		g0, err := rdb.Do(ctx, "GET", gen).Text()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return 0, nil, fmt.Errorf("mitigate: read counter %q: GET %s: %w", key, gen, err)
+			return 0, fmt.Errorf("mitigate: read counter %q: GET %s: %w", key, gen, err)
 		}
 		// 2. Each sub-counter with its stash, atomically per sub-counter.
 		parts := make([]subRead, len(subs))
@@ -203,7 +274,7 @@ func ReadCounterEmpty(ctx context.Context, rdb Redis, key string, subs []Node) (
 		keys := []string{key, gen}
 		for _, p := range parts {
 			if p.err != nil {
-				return 0, nil, fmt.Errorf("mitigate: read counter %q: %w", key, p.err)
+				return 0, fmt.Errorf("mitigate: read counter %q: %w", key, p.err)
 			}
 			if p.stashID != "" {
 				keys = append(keys, doneName(key, p.stashID))
@@ -211,23 +282,21 @@ func ReadCounterEmpty(ctx context.Context, rdb Redis, key string, subs []Node) (
 		}
 		reply, err := readBase.run(ctx, rdb, keys).Slice()
 		if err != nil {
-			return 0, nil, fmt.Errorf("mitigate: read counter %q: %w", key, err)
+			return 0, fmt.Errorf("mitigate: read counter %q: %w", key, err)
 		}
 		if len(reply) != len(keys) {
-			return 0, nil, fmt.Errorf("mitigate: read counter %q: got %d values from the key's node; want %d", key, len(reply), len(keys))
+			return 0, fmt.Errorf("mitigate: read counter %q: got %d values from the key's node; want %d", key, len(reply), len(keys))
 		}
 		if str(reply[1]) != g0 {
 			continue // a fold was added meanwhile: its value may have been counted in a sub-counter too
 		}
 		total, err := parseCount(reply[0])
 		if err != nil {
-			return 0, nil, fmt.Errorf("mitigate: read counter %q: key: %w", key, err)
+			return 0, fmt.Errorf("mitigate: read counter %q: key: %w", key, err)
 		}
 		j := 2
-		empty := make([]bool, len(parts))
-		for i, p := range parts {
+		for _, p := range parts {
 			total += p.value
-			empty[i] = p.value == 0 && p.stashID == ""
 			if p.stashID != "" {
 				if applied, _ := reply[j].(int64); applied == 0 {
 					total += p.stashValue
@@ -235,9 +304,9 @@ func ReadCounterEmpty(ctx context.Context, rdb Redis, key string, subs []Node) (
 				j++
 			}
 		}
-		return total, empty, nil
+		return total, nil
 	}
-	return 0, nil, fmt.Errorf("mitigate: read counter %q: folds landed during each of %d reads; try again", key, maxReadTries)
+	return 0, fmt.Errorf("mitigate: read counter %q: folds landed during each of %d reads; try again", key, maxReadTries)
 }
 
 // subRead is what a reader saw of one sub-counter.

@@ -393,9 +393,16 @@ func (e *Executor) round(ctx context.Context) error {
 	for _, s := range slices.Sorted(maps.Keys(e.draining)) {
 		d := e.draining[s]
 		errs = append(errs, e.fold(ctx, d.key, s, "sub-counter of an ended entry written again (a client had not heard the entry ended)"))
-		if d = e.draining[s]; now.Sub(d.quiet) >= e.grace {
-			delete(e.draining, s)
+		if d = e.draining[s]; now.Sub(d.quiet) < e.grace {
+			continue
 		}
+		// Folded, and neither written by anybody nor failing to fold (fold resets quiet)
+		// for the grace period: readers need not read it any more.
+		if err := unlistSubCounter(ctx, e.rdb, d.key, s); err != nil {
+			errs = append(errs, e.failed(ShardedCounter, d.key, err))
+			continue
+		}
+		delete(e.draining, s)
 	}
 	// Failed folds of sub-counters still in use (those draining were folded above).
 	for _, s := range slices.Sorted(maps.Keys(e.unfinished)) {
@@ -436,7 +443,7 @@ func (e *Executor) Recover(ctx context.Context) error {
 
 // scanLeftovers is one scan of Recover; reason says why what it finds is there.
 func (e *Executor) scanLeftovers(ctx context.Context, reason string) error {
-	names, err := scanAll(ctx, e.rdb, []string{"{" + copyTag + "*", "{" + subTag + "*", "{hk:t*}stash:*"})
+	names, err := scanAll(ctx, e.rdb, []string{"{" + copyTag + "*", "{" + subTag + "*", "{hk:t*}stash:*", "{hk:t*}subs:*"})
 	if err != nil {
 		e.did("", "", ActionError, 1, "scan for leftovers failed", slog.String("error", err.Error()))
 		return fmt.Errorf("mitigate: recover: %w", err)
@@ -454,6 +461,10 @@ func (e *Executor) scanLeftovers(ctx context.Context, reason string) error {
 	}
 	now := e.now()
 	var errs []error
+	names, err = e.withListed(ctx, names)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	for _, name := range names {
 		sub, isStash := stashSub(name)
 		if !isStash {
@@ -475,6 +486,29 @@ func (e *Executor) scanLeftovers(ctx context.Context, reason string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// withListed replaces, in names found by a scan, each list of sub-counters by the
+// sub-counters it lists, which a scan misses once they are folded (a list outlives them
+// until a round takes them off it). An error when a list cannot be read; the others are
+// replaced all the same.
+func (e *Executor) withListed(ctx context.Context, names []string) ([]string, error) {
+	out := names[:0:0]
+	var errs []error
+	for _, name := range names {
+		if _, ok := listKey(name); !ok {
+			out = append(out, name)
+			continue
+		}
+		subs, err := e.rdb.Do(ctx, "SMEMBERS", name).StringSlice()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("mitigate: recover: SMEMBERS %s: %w", name, err))
+			continue
+		}
+		out = append(out, subs...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), errors.Join(errs...)
 }
 
 // Run applies offered plans and runs a round every RefreshPeriod until ctx ends or Close

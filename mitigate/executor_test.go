@@ -198,6 +198,7 @@ func runSuite(t *testing.T, b backend) {
 	t.Run("RecoverLateLeftovers", func(t *testing.T) { testRecoverLateLeftovers(t, b) })
 	t.Run("FoldStuckOnActive", func(t *testing.T) { testFoldStuckOnActive(t, b) })
 	t.Run("ReadAcrossGenExpiry", func(t *testing.T) { testReadAcrossGenExpiry(t, b) })
+	t.Run("ListedSubCounters", func(t *testing.T) { testListedSubCounters(t, b) })
 }
 
 // testCloseLeavesNothing: with copies and a sharded counter active and a Run going, Close

@@ -208,3 +208,101 @@ func testReadAcrossGenExpiry(t *testing.T, b backend) {
 	}
 	b.rdb.Do(ctx, "DEL", key, genName(key))
 }
+
+// testListedSubCounters: the list of a key's sub-counters lets a reader with no plan read
+// the key exactly (ReadListedCounter). A sub-counter stays listed while its entry is on,
+// after the entry ended until it has been folded and quiet for the grace period, and
+// while a fold of it keeps failing; a list whose sub-counters were folded by an earlier
+// run's Close is emptied one grace period after Recover.
+func testListedSubCounters(t *testing.T, b backend) {
+	ctx := context.Background()
+	const key = "listed:likes"
+	subs := b.names(t, key, 2, ShardedCounter)
+	read := func(when string, want int64) {
+		t.Helper()
+		if got, err := ReadListedCounter(ctx, b.rdb, key); err != nil || got != want {
+			t.Fatalf("ReadListedCounter %s: got %d, %v; want %d", when, got, err, want)
+		}
+	}
+	listed := func(when string, want int) {
+		t.Helper()
+		if got := len(b.keys(t, listName(key))); got != want {
+			t.Fatalf("lists of %s %s: %d; want %d", key, when, got, want)
+		}
+	}
+	read("of a key that does not exist", 0)
+	var failFold bool // step a of every fold fails while set
+	rdb := interposer{Redis: b.rdb, before: func(_ context.Context, args []any) error {
+		if failFold && isScript(args, foldMove) {
+			return errors.New("injected: the sub-counter's node is unreachable")
+		}
+		return nil
+	}}
+	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	const grace = time.Minute
+	e := newClockedExecutor(t, rdb, clock, grace)
+	if err := e.Apply(ctx, execPlan(execEntry(key, ShardedCounter, Enforce, subs))); err != nil {
+		t.Fatal(err)
+	}
+	// Writers list a sub-counter, then increment it.
+	if err := b.rdb.Do(ctx, "INCRBY", key, 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int64{5, 7} {
+		if err := ListSubCounter(ctx, b.rdb, key, subs[i].Name); err != nil {
+			t.Fatal(err)
+		}
+		if err := IncrCounter(ctx, b.rdb, key, subs[i:i+1], n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read("while sharded", 14)
+
+	// The entry ends; the first fold of the sub-counters fails.
+	failFold = true
+	if err := e.Apply(ctx, execPlan()); err == nil {
+		t.Fatal("Apply of a plan without the entry: got nil; want the injected error")
+	}
+	read("after the entry ended, its folds failing", 14)
+	clock.Add(grace)
+	if err := e.Refresh(ctx); err == nil {
+		t.Fatal("Refresh: got nil; want the injected error")
+	}
+	listed("one grace period after the end, the folds still failing", 1)
+	read("one grace period after the end, the folds still failing", 14)
+
+	// The folds succeed; the sub-counters stay listed until quiet for the grace period.
+	failFold = false
+	if err := e.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	read("after the fold", 14)
+	clock.Add(grace)
+	if err := e.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	listed("one grace period after the fold", 0)
+	read("with no sub-counter listed", 14)
+
+	// A list left by an earlier run whose Close folded its sub-counters: a new run's
+	// Recover empties it one grace period later.
+	if err := ListSubCounter(ctx, b.rdb, key, subs[0].Name); err != nil {
+		t.Fatal(err)
+	}
+	e2 := newClockedExecutor(t, b.rdb, clock, grace)
+	if err := e2.Apply(ctx, execPlan()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.Recover(ctx); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	listed("right after Recover", 1)
+	clock.Add(grace)
+	if err := e2.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	listed("one grace period after Recover", 0)
+	read("at the end", 14)
+	b.noneLeft(t, "{hk:sub*", "{hk:t*}stash:*")
+	b.rdb.Do(ctx, "DEL", key, genName(key))
+}
