@@ -177,7 +177,7 @@ func New(o Options) (*Agent, error) {
 		sink := reportLimit{a, defaults.Or(o.MaxSamplesPerReport, sampler.DefaultMaxSamples)}
 		a.udp, err = sampler.NewUDPServer(sampler.UDPOptions{Listen: o.UDPListen, Readers: o.UDPReaders, Token: o.AuthToken, Sink: sink})
 		if err != nil {
-			return nil, fmt.Errorf("agent: udp: %w", err)
+			return nil, fmt.Errorf("agent: udp.listen %q: %w", o.UDPListen, err)
 		}
 	}
 	for i, newSource := range o.Sources {
@@ -197,7 +197,7 @@ func New(o Options) (*Agent, error) {
 	if o.HTTPListen != "" {
 		if a.httpLn, err = net.Listen("tcp", o.HTTPListen); err != nil {
 			a.closeListeners()
-			return nil, fmt.Errorf("agent: http: %w", err)
+			return nil, fmt.Errorf("agent: http.listen %q: %w", o.HTTPListen, err)
 		}
 		a.http = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
 	}
@@ -322,15 +322,16 @@ func (a *Agent) Drop(source, reason string, n int) { a.metrics.dropped(source, r
 // ends; then it stops listening, lets the sources drain, and returns nil. An error means a
 // listener or source failed.
 func (a *Agent) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	errc := make(chan error, 2+len(a.sources))
 	var wg sync.WaitGroup
 	start := func(name string, serve func(context.Context) error) {
 		wg.Go(func() {
 			if err := serve(ctx); err != nil {
-				errc <- fmt.Errorf("agent: %s: %w", name, err)
-				cancel()
+				err = fmt.Errorf("agent: %s: %w", name, err)
+				errc <- err
+				cancel(err)
 			}
 		})
 	}
@@ -368,6 +369,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		"window", a.opts.Detector.Window(), "topk", a.opts.Detector.K)
 
 	<-ctx.Done()
+	stopping := a.now()
+	a.log.Info("hotkeyd agent stopping: listeners close, sources drain, the last samples are counted",
+		"reason", context.Cause(ctx))
 	a.ready.Store(false)
 	a.shutdown()
 	wg.Wait()
@@ -378,7 +382,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for err := range errc {
 		errs = append(errs, err)
 	}
-	a.log.Info("hotkeyd agent stopped")
+	a.log.Info("hotkeyd agent stopped", "took", a.now().Sub(stopping).Round(time.Millisecond))
 	return errors.Join(errs...)
 }
 

@@ -235,9 +235,11 @@ func planEntries(active []mitigate.Entry) map[string][]string {
 	return m
 }
 
-// plan answers GET /v1/plan[?after=VERSION&wait=30s]: the current plan at once, or, with
-// after, a newer one as soon as there is one, waiting up to wait; 304 when none came.
-// The ETag is the version; If-None-Match works as after.
+// plan answers GET /v1/plan[?after=VERSION&generated=TIME&wait=30s]: the current plan at
+// once, or, with after, a newer one as soon as there is one, waiting up to wait; 304 when
+// none came. With generated (the plan held's), a plan of version after but generated
+// otherwise — this run's, when the client's came from an earlier run of the agent — is
+// answered at once too. The ETag is the version; If-None-Match works as after.
 func (a *Agent) plan(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	after, hasAfter := uint64(0), false
@@ -262,8 +264,21 @@ func (a *Agent) plan(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = d
 	}
+	var generated time.Time
+	if s := q.Get("generated"); s != "" {
+		g, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("generated: %q is not an RFC 3339 time; use the generated of the plan you hold", s))
+			return
+		}
+		generated = g
+	}
+	// held reports whether p is the plan the client holds.
+	held := func(p mitigate.Plan) bool {
+		return hasAfter && p.Version == after && (generated.IsZero() || p.Generated.Equal(generated))
+	}
 	p := a.store.Current()
-	if hasAfter && p.Version == after && wait > 0 {
+	if held(p) && wait > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		stop := context.AfterFunc(a.stopping, cancel) // the agent stops: answer now
 		p, _ = a.store.Wait(ctx, after)
@@ -272,7 +287,7 @@ func (a *Agent) plan(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("ETag", fmt.Sprintf("%q", strconv.FormatUint(p.Version, 10)))
 	w.Header().Set("Cache-Control", "no-cache")
-	if hasAfter && p.Version == after {
+	if held(p) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -78,6 +79,33 @@ func TestPlanL1ForSDKReaders(t *testing.T) {
 		if w := do(t, h, "GET", bad, ""); w.Code != http.StatusBadRequest {
 			t.Errorf("GET %s: %d; want 400", bad, w.Code)
 		}
+	}
+}
+
+// TestPlanGeneratedOfAnotherRun: a client names the plan it holds by version and
+// generated. A restarted agent counts versions from 1 again; when it reaches the client's
+// version with another plan (another generated), it must answer that plan at once, not
+// wait past it or answer 304.
+func TestPlanGeneratedOfAnotherRun(t *testing.T) {
+	a, c, h := newTestAgent(t, Options{})
+	feedFrom(a, c, "score:match42", 20_000, time.Second, true)
+	p, err := mitigate.DecodePlan(do(t, h, "GET", "/v1/plan", "").Body.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := func(g time.Time) string { return url.QueryEscape(g.Format(time.RFC3339Nano)) }
+	held := fmt.Sprintf("/v1/plan?after=%d&generated=%s&wait=50ms", p.Version, gen(p.Generated))
+	if w := do(t, h, "GET", held, ""); w.Code != http.StatusNotModified {
+		t.Errorf("GET %s (the plan held): %d; want 304", held, w.Code)
+	}
+	other := fmt.Sprintf("/v1/plan?after=%d&generated=%s&wait=10s", p.Version, gen(p.Generated.Add(-time.Hour)))
+	w := do(t, h, "GET", other, "")
+	got, err := mitigate.DecodePlan(w.Body.Bytes())
+	if w.Code != http.StatusOK || err != nil || !got.Generated.Equal(p.Generated) {
+		t.Errorf("GET %s (another run's plan of the same version): %d %s; want 200 with the current plan", other, w.Code, w.Body)
+	}
+	if w := do(t, h, "GET", "/v1/plan?after=1&generated=yesterday", ""); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "generated") {
+		t.Errorf("generated=yesterday: %d %s; want 400 naming generated", w.Code, w.Body)
 	}
 }
 

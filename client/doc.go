@@ -19,9 +19,11 @@
 //
 // # Following the plan
 //
-// A background goroutine long-polls GET /v1/plan?after=V&wait=30s, decodes each new plan
-// with mitigate.DecodePlan and publishes it in an atomic pointer that the command path
-// reads without a lock. Only entries in mode "enforce" are applied, each for its lease
+// A background goroutine long-polls GET /v1/plan?after=V&generated=T&wait=30s (V and T
+// the version and generated of the plan held, so that an agent that restarted and counted
+// versions up to V again sends its own plan), decodes each new plan with
+// mitigate.DecodePlan and publishes it in an atomic pointer that the command path reads
+// without a lock. Only entries in mode "enforce" are applied, each for its lease
 // (Expires − Generated, counted from when the plan arrived on the client's clock). Fail
 // open: when the agent is unreachable, slow or answers garbage, the client keeps its plan
 // until the leases run out (30–60s with the agent's defaults), then behaves as plain

@@ -170,6 +170,51 @@ func TestFollowerLongPoll(t *testing.T) {
 	}
 }
 
+// TestFollowerAgentRestart: an agent that restarts counts plan versions from 1 again and
+// may reach the version the client holds with a different plan. Whether it was killed
+// (the long-poll fails) or stopped (the long-poll gets a 304 on a connection it closes),
+// the client must take the new agent's plan, not wait past its version.
+func TestFollowerAgentRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, crash := range []bool{true, false} {
+		t.Run(map[bool]string{true: "killed", false: "stopped"}[crash], func(t *testing.T) {
+			ps := startPlanServer(t)
+			ps.publish(l1Entry("fo:old", 10*time.Second, time.Minute))
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer rdb.Close()
+			c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			waitVersion(t, c, 2)
+			waitFor(t, func() bool { return ps.waitingPolls() == 1 }) // for 30s (PlanWait)
+
+			ps.restart(crash, l1Entry("fo:new", 10*time.Second, time.Minute))
+			ctx := context.Background()
+			rdb.Set(ctx, "fo:new", "v", 0)
+			for i := 0; ; i++ {
+				p, ok := c.Plan()
+				if ok && len(p.Entries) == 1 && p.Entries[0].Key == "fo:new" {
+					break
+				}
+				if i == 500 {
+					t.Fatalf("5s after the restart the client holds version %d generated %v with %d entries (%+v); want the new agent's plan, generated %v, with fo:new",
+						p.Version, p.Generated, len(p.Entries), c.Stats().Plan, planNow.Add(time.Second))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			before := redisGets(t, srv.Addr())
+			for range 10 {
+				rdb.Get(ctx, "fo:new")
+			}
+			if got := redisGets(t, srv.Addr()) - before; got != 1 {
+				t.Errorf("after the restart, 10 reads of the new plan's L1 key cost %d Redis GETs; want 1", got)
+			}
+		})
+	}
+}
+
 func TestAttachErrors(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: closedTCP(t)})
 	defer rdb.Close()

@@ -19,15 +19,17 @@ import (
 	"github.com/hotkeyd/hotkeyd/mitigate"
 )
 
-// planServer stands in for the agent's GET /v1/plan, with its after/wait semantics: the
-// current plan at once without after or when its version differs, else a wait for a new
-// version, then 304. It is not a Redis fake: the tests' Redis is real.
+// planServer stands in for the agent's GET /v1/plan, with its after/generated/wait
+// semantics: the current plan at once without after or when its version (or, when asked,
+// its generated) differs, else a wait for a new version, then 304. It is not a Redis
+// fake: the tests' Redis is real.
 type planServer struct {
-	mu      sync.Mutex    // guards plan, changed, status and body
+	mu      sync.Mutex    // guards plan, changed, status, body and waiting
 	plan    mitigate.Plan // the current plan
 	changed chan struct{} // closed when plan or status changes
 	status  int           // when not 0, every request gets this status and body
 	body    []byte
+	waiting int // long-polls waiting now
 	srv     *httptest.Server
 }
 
@@ -61,7 +63,20 @@ func (s *planServer) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		wait, _ := time.ParseDuration(q.Get("wait"))
-		if p.Version == after {
+		var gen time.Time
+		if g := q.Get("generated"); g != "" {
+			if gen, err = time.Parse(time.RFC3339Nano, g); err != nil {
+				http.Error(w, "bad generated", http.StatusBadRequest)
+				return
+			}
+		}
+		held := func(p mitigate.Plan) bool {
+			return p.Version == after && (gen.IsZero() || p.Generated.Equal(gen))
+		}
+		if held(p) {
+			s.mu.Lock()
+			s.waiting++
+			s.mu.Unlock()
 			t := time.NewTimer(wait)
 			select {
 			case <-changed:
@@ -69,6 +84,9 @@ func (s *planServer) serve(w http.ResponseWriter, r *http.Request) {
 			case <-r.Context().Done():
 			}
 			t.Stop()
+			s.mu.Lock()
+			s.waiting--
+			s.mu.Unlock()
 			if s.failed(w) { // fail was called during the wait
 				return
 			}
@@ -76,7 +94,7 @@ func (s *planServer) serve(w http.ResponseWriter, r *http.Request) {
 			p = s.plan
 			s.mu.Unlock()
 		}
-		if p.Version == after {
+		if held(p) {
 			w.Header().Set("ETag", strconv.Quote(a))
 			w.WriteHeader(http.StatusNotModified)
 			return
@@ -92,6 +110,28 @@ func (s *planServer) publish(entries ...mitigate.Entry) {
 	defer s.mu.Unlock()
 	s.plan = mitigate.Plan{Version: s.plan.Version + 1, Generated: planNow, Primaries: 3, Entries: entries}
 	s.wakeLocked()
+}
+
+// waitingPolls returns how many long-polls are waiting for a new version now.
+func (s *planServer) waitingPolls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting
+}
+
+// restart stands for an agent that stops and starts again with entries as its plan, at
+// the version the client holds: a new agent counts versions from 1 again, so it can reach
+// the client's version, with another plan, before the client asks again. With crash the
+// connections are cut, as when the agent is killed; else waiting long-polls end, as when
+// it stops.
+func (s *planServer) restart(crash bool, entries ...mitigate.Entry) {
+	s.mu.Lock()
+	s.plan = mitigate.Plan{Version: s.plan.Version, Generated: s.plan.Generated.Add(time.Second), Primaries: 3, Entries: entries}
+	s.wakeLocked()
+	s.mu.Unlock()
+	if crash {
+		s.srv.CloseClientConnections()
+	}
 }
 
 // fail makes every request answer status with body until fail(0, nil), a long-poll

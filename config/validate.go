@@ -46,7 +46,8 @@ func (c Config) Validate() error {
 	case c.Proxy.Listen == "" && c.Proxy.Upstream != "":
 		v.add("proxy.listen", "", "is empty while proxy.upstream is set", "set both proxy.listen and proxy.upstream, or neither")
 	}
-	if c.Proxy.Listen != "" && c.Proxy.Listen == c.HTTP.Listen {
+	// Port 0 asks the system for a free port: two such listeners never clash.
+	if c.Proxy.Listen != "" && c.Proxy.Listen == c.HTTP.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
 		v.add("proxy.listen", c.Proxy.Listen, "is also http.listen", "use a TCP address of its own")
 	}
 	v.intRange("proxy.sample_every", c.Proxy.SampleEvery, 1, 1_000_000)

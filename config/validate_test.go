@@ -23,6 +23,9 @@ func TestValidateAccepts(t *testing.T) {
 		{"listen on all interfaces, any port", func(c *Config) { c.HTTP.Listen = ":0" }},
 		{"IPv6 addresses", func(c *Config) { c.HTTP.Listen = "[::1]:9736"; c.Redis.Addrs = []string{"[fe80::1]:6379"} }},
 		{"proxy on", func(c *Config) { c.Proxy.Listen, c.Proxy.Upstream = ":6380", "redis:6379" }},
+		{"proxy and HTTP on ports the system picks", func(c *Config) {
+			c.HTTP.Listen, c.Proxy.Listen, c.Proxy.Upstream = "127.0.0.1:0", "127.0.0.1:0", "redis:6379"
+		}},
 		{"smallest tick", func(c *Config) { c.Detector.Window = time.Second; c.Detector.Ticks = 100 }},
 		{"share of 1", func(c *Config) { c.Hot.Read.Share = 1 }},
 		{"override with one field", func(c *Config) { c.Hot.Overrides = []Override{{Pattern: "a*", WriteShare: 0.5}} }},

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -100,11 +99,7 @@ func TestDemo(t *testing.T) {
 // TestServeStopsOnSIGTERM builds the binary, runs hotkeyd serve, and stops it with
 // SIGTERM: it must stop listening and exit 0.
 func TestServeStopsOnSIGTERM(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "hotkeyd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "serve", "--http-listen", "127.0.0.1:0", "--udp-listen", "127.0.0.1:0")
+	cmd := exec.Command(hotkeydBinary(t), "serve", "--http-listen", "127.0.0.1:0", "--udp-listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "HOTKEYD_LOG_FORMAT=text")
 	cmd.Dir = t.TempDir() // the registry file goes there
 	stderr, err := cmd.StderrPipe()

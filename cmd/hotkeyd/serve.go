@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -99,7 +100,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 			return opts, err // config validation has refused it already
 		}
 		opts.Sources = append(opts.Sources, func(sink sampler.Sink) (agent.Source, error) {
-			return sampler.NewProxy(sampler.ProxyOptions{
+			p, err := sampler.NewProxy(sampler.ProxyOptions{
 				Listen:        cfg.Proxy.Listen,
 				Upstream:      cfg.Proxy.Upstream,
 				SampleEvery:   cfg.Proxy.SampleEvery,
@@ -109,6 +110,15 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 				Sink:          sink,
 				Logger:        log,
 			})
+			if err != nil {
+				return nil, fmt.Errorf("proxy.listen %q: %w", cfg.Proxy.Listen, err)
+			}
+			log.Info("proxy tap listening", "listen", p.Addr(), "upstream", cfg.Proxy.Upstream, "multiplex", cfg.Proxy.Multiplex)
+			if err := checkUpstream(cfg.Proxy.Upstream); err != nil {
+				log.Warn("proxy.upstream does not answer; its clients get errors until it does (check the address if Redis is up)",
+					"upstream", cfg.Proxy.Upstream, "err", err)
+			}
+			return p, nil
 		})
 	}
 	if cfg.Monitor.Addr != "" {
@@ -124,6 +134,20 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 		})
 	}
 	return opts, nil
+}
+
+// upstreamTimeout bounds checkUpstream's dial.
+const upstreamTimeout = 5 * time.Second
+
+// checkUpstream dials the proxy tap's upstream once at start, so that a wrong address is
+// told at once. The tap starts either way, as it rides out upstream outages and restarts:
+// a tap in the apps' path to Redis must not refuse to start while Redis restarts.
+func checkUpstream(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, upstreamTimeout)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 func plannerOptions(m config.Mitigate) mitigate.PlannerOptions {
