@@ -386,18 +386,27 @@ func (a *Agent) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// shutdown stops the listeners and sources; HTTP requests in flight get 5 s to finish.
+// shutdown stops the listeners and sources. HTTP requests in flight and the sources that
+// drain (the proxy tap, whose clients get the replies in flight; it began when Run's
+// context ended) share one 5 s bound; what is still open then is closed.
 func (a *Agent) shutdown() {
 	a.closeOnce.Do(func() {
 		a.endStopping() // waiting plan requests answer now, as if no plan came
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		if a.http != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
 			if err := a.http.Shutdown(ctx); err != nil {
 				a.log.Warn("http shutdown", "err", err)
 			}
 		}
-		a.closeListeners()
+		for _, s := range a.sources {
+			if d, ok := s.(interface{ Shutdown(context.Context) error }); ok {
+				if err := d.Shutdown(ctx); err != nil {
+					a.log.Warn("source drain cut short: its connections still open were closed", "err", err)
+				}
+			}
+		}
+		a.closeListeners() // Close after Shutdown does nothing
 	})
 }
 

@@ -37,9 +37,10 @@ type muxLoop struct {
 	wakeW  int
 	events []syscall.EpollEvent
 
-	mu       sync.Mutex // guards incoming, closing and done
+	mu       sync.Mutex // guards incoming, closing, drainReq and done
 	incoming []*loopClient
 	closing  bool
+	drainReq bool // drain was called: the loop takes no new clients
 	done     bool
 
 	// Owned by the loop goroutine.
@@ -48,7 +49,8 @@ type muxLoop struct {
 	noResp3   bool            // Redis refused HELLO 3: no RESP3 pair
 	maxCmd    int64           // the longest command Redis takes (commandLimit)
 	clients   map[int]*loopClient
-	throttled bool          // Redis is behind: clients are not read
+	throttled bool          // Redis is behind, or draining: clients' commands are not read
+	draining  bool          // Shutdown: owed replies go out, then each client gets a FIN
 	finished  []*loopClient // clients to close or hand back after this turn
 	failed    []int         // failed shared connections' descriptors, closed after this turn
 	routes    routeMemo     // where the last command name went
@@ -88,6 +90,7 @@ type loopClient struct {
 	eof     bool   // it sent everything
 	hup     bool   // its socket hung up or failed: no more reads
 	closed  bool   // replies are dropped; closed after the turn
+	fin     bool   // draining, it was sent a FIN: it is read until it sends one too
 	done    bool   // in finished
 	events  uint32 // its registered epoll interest; regNone when not registered
 }
@@ -226,7 +229,7 @@ func (l *muxLoop) ctl(op, fd int, events uint32) error {
 func (l *muxLoop) adopt(pc *proxyConn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closing || l.done {
+	if l.closing || l.drainReq || l.done {
 		return false
 	}
 	fd, err := takeFD(pc.client)
@@ -245,7 +248,19 @@ func (l *muxLoop) adopt(pc *proxyConn) bool {
 func (l *muxLoop) alive() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return !l.closing && !l.done
+	return !l.closing && !l.drainReq && !l.done
+}
+
+// drain makes the loop take no more commands, deliver the replies its clients are owed,
+// end each client's connection with a FIN once it is owed nothing, read and drop what the
+// client sends until it sends a FIN too, close it, and return once it has no clients.
+func (l *muxLoop) drain() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.done && !l.closing {
+		l.drainReq = true
+		l.wake()
+	}
 }
 
 // close makes the loop close every client and return.
@@ -351,6 +366,9 @@ func (l *muxLoop) turn(n int) bool {
 		}
 	}
 	l.finish()
+	if l.draining {
+		return len(l.clients) > 0 // no new commands: no shared connection to redial
+	}
 	for i := range l.up {
 		if l.up[i].fd < 0 && !(i >= upResp3 && l.noResp3) && !l.redial(i) {
 			return false
@@ -378,7 +396,7 @@ func (l *muxLoop) admit() bool {
 		}
 	}
 	l.mu.Lock()
-	incoming, closing := l.incoming, l.closing
+	incoming, closing, drain := l.incoming, l.closing, l.drainReq
 	l.incoming = nil
 	l.mu.Unlock()
 	for _, c := range incoming {
@@ -391,7 +409,27 @@ func (l *muxLoop) admit() bool {
 		}
 		l.update(c)
 	}
+	if drain && !closing && !l.draining {
+		l.startDrain()
+	}
 	return !closing
+}
+
+// startDrain begins the drain (see drain): the commands a client sent that are not
+// queued for Redis are dropped, a client waiting to be pinned is not (what it sent
+// after its shared replies was never forwarded), and from now on readClient only reads
+// and drops what clients send, so that no socket is closed with data unread.
+func (l *muxLoop) startDrain() {
+	l.draining = true
+	l.throttled = true
+	for _, c := range l.clients {
+		if c.closed || c.done {
+			continue // a pinned client handed back now drains on its own (runOwn)
+		}
+		c.pinning, c.rest, c.pending = false, nil, 0
+		l.update(c)
+		l.settle(c)
+	}
 }
 
 // update registers the epoll interest c needs now.
@@ -402,6 +440,8 @@ func (l *muxLoop) update(c *loopClient) {
 	var want uint32
 	if !c.pinning && !c.eof && !l.throttled && len(c.out) < muxBacklog {
 		want |= syscall.EPOLLIN
+	} else if l.draining && !c.eof {
+		want |= syscall.EPOLLIN // to drop what it sends
 	}
 	if len(c.out) > 0 {
 		want |= syscall.EPOLLOUT
@@ -426,6 +466,9 @@ func (l *muxLoop) update(c *loopClient) {
 // Redis takes (maxCmd) pin it.
 func (l *muxLoop) readClient(c *loopClient) {
 	if c.closed || c.pinning || c.eof || l.throttled {
+		if l.draining && !c.closed && !c.eof {
+			l.discard(c)
+		}
 		return
 	}
 	n, err := ioRetry(rawRead, c.fd, c.in[c.pending:])
@@ -452,6 +495,7 @@ func (l *muxLoop) readClient(c *loopClient) {
 		if ps.Offset()-c.base-int64(end) > l.maxCmd {
 			// Redis would refuse it and close the shared connection.
 			pin = &l.p.stats.pinTooLarge
+			pc.sent = 1 // it goes to the client's own connection (see below)
 			break
 		}
 		first := c.owed == 0 && cmds == 0 // it may pick its connection
@@ -460,6 +504,7 @@ func (l *muxLoop) readClient(c *loopClient) {
 			proto, hello := helloProto(ps.Name(), ps.Sub(), ps.NArgs())
 			if !hello || !first || proto == 3 && l.noResp3 {
 				pin = &l.p.stats.pinCommand
+				pc.sent = 1 // it goes to the client's own connection (see below)
 				break
 			}
 			c.resp3 = proto == 3 // the pair of that protocol answers the HELLO
@@ -505,10 +550,28 @@ func (l *muxLoop) readClient(c *loopClient) {
 		}
 	}
 	if pin != nil {
+		// sent counts the commands of rest, which its own connection is sent first: the
+		// one that pinned it when parsed, and those sampleRest parses.
 		pin.Add(1)
 		pc.sampleRest()
 		c.rest = c.in[:c.pending]
 		c.pinning = true
+		l.update(c)
+		l.settle(c)
+	}
+}
+
+// discard reads what c sent while draining and drops it; at its end of file c is closed
+// once it is owed nothing.
+func (l *muxLoop) discard(c *loopClient) {
+	n, err := ioRetry(rawRead, c.fd, c.in)
+	switch {
+	case err == syscall.EAGAIN:
+	case err != nil:
+		l.p.log.Debug("proxy: read client", "err", err)
+		l.drop(c)
+	case n == 0:
+		c.eof = true
 		l.update(c)
 		l.settle(c)
 	}
@@ -559,7 +622,7 @@ func (l *muxLoop) flushUp(i int) {
 // throttle stops reading clients while Redis is behind on either connection, and
 // starts again when it has caught up.
 func (l *muxLoop) throttle() {
-	throttle := false
+	throttle := l.draining
 	for i := range l.up {
 		throttle = throttle || len(l.up[i].out) >= muxOpen
 	}
@@ -676,7 +739,8 @@ func (l *muxLoop) flushClient(c *loopClient) {
 }
 
 // settle schedules c to be closed or handed back after this turn when it is waiting for
-// nothing more.
+// nothing more. While draining, a client owed nothing gets a FIN, and is closed once it
+// sends one too (see discard).
 func (l *muxLoop) settle(c *loopClient) {
 	if c.done || c.owed > 0 || len(c.out) > 0 {
 		return
@@ -684,6 +748,14 @@ func (l *muxLoop) settle(c *loopClient) {
 	if c.closed || c.pinning || c.eof || c.hup {
 		c.done = true
 		l.finished = append(l.finished, c)
+		return
+	}
+	if l.draining && !c.fin {
+		c.fin = true
+		if err := syscall.Shutdown(c.fd, syscall.SHUT_WR); err != nil {
+			l.p.log.Debug("proxy: end a client's connection", "err", err)
+			l.drop(c)
+		}
 	}
 }
 

@@ -10,3 +10,4 @@ func (p *Proxy) startLoop() (*muxLoop, error) { return nil, nil }
 func (l *muxLoop) adopt(pc *proxyConn) bool   { return false }
 func (l *muxLoop) alive() bool                { return false }
 func (l *muxLoop) close()                     {}
+func (l *muxLoop) drain()                     {}

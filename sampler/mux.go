@@ -112,7 +112,7 @@ func (p *Proxy) muxLoop() *muxLoop {
 		return nil
 	}
 	p.muxMu.Lock()
-	if p.ctx.Err() != nil || time.Now().Before(p.muxRetryAt) {
+	if p.ctx.Err() != nil || p.draining.Load() || time.Now().Before(p.muxRetryAt) {
 		p.muxMu.Unlock()
 		return nil
 	}
@@ -306,7 +306,17 @@ func helloProto(name, sub []byte, nargs int) (proto int, ok bool) {
 	return 0, false
 }
 
-// closeShared stops the event loop, on Close.
+// drainShared makes the event loop drain its clients and end (see Shutdown); the check
+// in muxLoop, under the same lock, starts no loop after it.
+func (p *Proxy) drainShared() {
+	p.muxMu.Lock()
+	defer p.muxMu.Unlock()
+	if p.loop != nil {
+		p.loop.drain()
+	}
+}
+
+// closeShared stops the event loop at once, when Shutdown's time is up.
 func (p *Proxy) closeShared() {
 	p.muxMu.Lock()
 	defer p.muxMu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,9 @@ type ProxyOptions struct {
 	SchedPolicy SchedPolicy
 	// SchedInterval is how often SchedAuto looks at the clients' reads. Default 20ms.
 	SchedInterval time.Duration
+	// DrainTimeout bounds the drain that Serve runs when its context ends (see
+	// Shutdown): connections still open after it are closed. Default 5s.
+	DrainTimeout time.Duration
 	// Logger receives connection errors at debug level and accept errors at warn level.
 	// Default: none.
 	Logger *slog.Logger
@@ -78,6 +82,7 @@ const (
 	DefaultProxyFlushInterval = 100 * time.Millisecond
 	DefaultProxyDialTimeout   = 5 * time.Second
 	DefaultProxyMaxKeyBytes   = 512
+	DefaultProxyDrainTimeout  = 5 * time.Second
 )
 
 // proxyBatches is how many batch buffers a Proxy cycles through; when all are waiting
@@ -124,6 +129,13 @@ const proxyBatches = 4
 // Bytes that do not parse as RESP stop the sampling of that connection (one
 // DropMalformed) and are still forwarded; Redis itself closes such a connection.
 //
+// Stopping. Shutdown stops the proxy gracefully: it stops accepting at once and takes no
+// new commands (what clients send from then on is read and dropped), delivers the whole
+// reply to every command already forwarded to Redis, then ends each client's connection
+// with a FIN, reads what the client still sends until it closes its side, and closes it;
+// what is still open when its context ends is closed then. Serve does the same when its
+// context ends, bounded by DrainTimeout. Close closes every connection at once, mid-reply.
+//
 // Samples go to the Sink in batches from one goroutine, at most BatchSize at a time or
 // every FlushInterval. A Sink that cannot keep up makes the proxy drop samples
 // (DropOverload), never slow down forwarding.
@@ -165,20 +177,29 @@ type Proxy struct {
 	muxRetryAt time.Time  // no shared connection before then
 	probes     probeGate  // new clients' checks that Redis wants no AUTH
 
-	ctx    context.Context // cancelled by Close; bounds dials
-	cancel context.CancelFunc
+	ctx          context.Context // cancelled once the connections are gone or forced closed; bounds dials
+	cancel       context.CancelFunc
+	drainTimeout time.Duration
 
-	mu      sync.Mutex // guards closed, serving, conns and the Adds to wg and flushWG
-	closed  bool
+	mu      sync.Mutex // guards closed, forced, serving, conns and the Adds to wg and bgWG
+	closed  bool       // draining or closed: no new clients
+	forced  bool       // every connection closed at once: no new connections
 	serving bool
 	conns   map[*proxyConn]struct{}
-	wg      sync.WaitGroup // connection goroutines
-	flushWG sync.WaitGroup // the flusher
+	wg      sync.WaitGroup // connection goroutines and the loop
+	bgWG    sync.WaitGroup // the flusher and the scheduler
 
-	nconn     atomic.Uint64 // connections accepted, for seeding
-	stats     proxyCounters
-	closeOnce sync.Once
-	stop      chan struct{} // closed by Close after the connections are gone; stops the flusher
+	draining   atomic.Bool   // set with closed: clients' commands are no longer forwarded
+	drainOnce  sync.Once     // starts the drain
+	forceOnce  sync.Once     // closes every connection
+	finishOnce sync.Once     // stops the flusher and the scheduler
+	drainStart chan struct{} // closed when the drain starts
+	drained    chan struct{} // closed when wg is done: every connection is gone
+	finished   chan struct{} // closed when the last samples are with the Sink
+
+	nconn atomic.Uint64 // connections accepted, for seeding
+	stats proxyCounters
+	stop  chan struct{} // closed once the connections are gone; stops the flusher
 }
 
 // ProxyStats counts what the proxy does with its clients.
@@ -262,6 +283,10 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 		return nil, fmt.Errorf("sampler: ProxyOptions.SchedInterval %v: must be between 1ms and 1m, or 0 for the default %v",
 			o.SchedInterval, DefaultProxySchedInterval)
 	}
+	if o.DrainTimeout < 0 {
+		return nil, fmt.Errorf("sampler: ProxyOptions.DrainTimeout %v: must be > 0, or 0 for the default %v",
+			o.DrainTimeout, DefaultProxyDrainTimeout)
+	}
 	if o.MaxKeyBytes < 0 || o.MaxKeyBytes > respMaxInline {
 		return nil, fmt.Errorf("sampler: ProxyOptions.MaxKeyBytes %d: must be between 1 and %d, or 0 for the default %d",
 			o.MaxKeyBytes, respMaxInline, DefaultProxyMaxKeyBytes)
@@ -281,7 +306,11 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 		schedEvery: defaults.Or(o.SchedInterval, DefaultProxySchedInterval),
 		conns:      make(map[*proxyConn]struct{}),
 		stop:       make(chan struct{}),
+		drainStart: make(chan struct{}),
+		drained:    make(chan struct{}),
+		finished:   make(chan struct{}),
 	}
+	p.drainTimeout = defaults.Or(o.DrainTimeout, DefaultProxyDrainTimeout)
 	if _, _, err := net.SplitHostPort(p.upstream); err != nil {
 		return nil, fmt.Errorf("sampler: ProxyOptions.Upstream %q: must be host:port: %v", p.upstream, err)
 	}
@@ -304,9 +333,10 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 // Addr returns the address the proxy listens on.
 func (p *Proxy) Addr() net.Addr { return p.ln.Addr() }
 
-// Serve accepts clients until ctx is done or Close is called, then closes the proxy (as
-// Close does) and returns nil. It returns an error when accepting fails for good, and
-// when called a second time.
+// Serve accepts clients until ctx is done or Shutdown or Close is called. When ctx is
+// done it drains the proxy as Shutdown does, for DrainTimeout at most, and returns nil;
+// after Shutdown or Close it returns nil once they are done. It returns an error when
+// accepting fails for good, and when called a second time.
 func (p *Proxy) Serve(ctx context.Context) error {
 	p.mu.Lock()
 	if p.serving {
@@ -318,14 +348,18 @@ func (p *Proxy) Serve(ctx context.Context) error {
 		p.mu.Unlock()
 		return nil
 	}
-	p.flushWG.Add(1)
-	p.mu.Unlock()
+	p.bgWG.Add(1)
 	go p.flusher()
 	if p.sched != SchedOff {
-		p.goTracked(p.scheduler)
+		p.bgWG.Add(1)
+		go func() {
+			defer p.bgWG.Done()
+			p.scheduler()
+		}()
 	}
+	p.mu.Unlock()
 
-	stop := context.AfterFunc(ctx, func() { _ = p.Close() })
+	stop := context.AfterFunc(ctx, p.beginDrain)
 	defer stop()
 	var backoff time.Duration
 	for {
@@ -334,7 +368,19 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			p.mu.Lock()
 			closed := p.closed
 			p.mu.Unlock()
-			if closed || errors.Is(err, net.ErrClosed) {
+			switch {
+			case closed && ctx.Err() != nil:
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.drainTimeout)
+				err := p.Shutdown(dctx)
+				cancel()
+				if err != nil {
+					p.log.Warn("proxy: drain cut short: connections still open were closed", "drain_timeout", p.drainTimeout)
+				}
+				return nil
+			case closed:
+				<-p.finished // Shutdown or Close is at work
+				return nil
+			case errors.Is(err, net.ErrClosed):
 				_ = p.Close()
 				return nil
 			}
@@ -344,8 +390,8 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			select {
 			case <-time.After(backoff):
 				continue
-			case <-p.ctx.Done():
-				return nil
+			case <-p.drainStart:
+				continue // Accept fails, closed
 			}
 		}
 		backoff = 0
@@ -358,24 +404,91 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	}
 }
 
-// Close stops accepting, closes every connection, hands the last samples to the Sink, and
-// waits until all the proxy's goroutines have returned. Later calls do nothing.
+// Shutdown stops the proxy gracefully and returns nil once every connection is closed:
+//
+//  1. It stops accepting clients at once.
+//  2. It takes no new commands: what clients send from then on is read and dropped,
+//     never forwarded (a client's socket is not closed with data unread, which would
+//     make the kernel reset the connection).
+//  3. Every command already forwarded to Redis gets its whole reply: the proxy counts
+//     the replies each client is owed.
+//  4. Then each client's connection is ended with a FIN, what the client still sends is
+//     read and dropped until it closes its side, and the connection is closed.
+//
+// When ctx is done first, every connection still open is closed at once (a client
+// blocked in BLPOP, a subscriber, MONITOR, one that never closes its side, or one whose
+// commands or replies did not parse, so that they cannot be counted) and Shutdown
+// returns ctx's error. Either way the last samples go to the Sink and the proxy's
+// goroutines have returned when it returns. Calls may overlap; all wait for the same
+// drain, and a call after the proxy is closed does nothing and returns nil.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.beginDrain()
+	var err error
+	select {
+	case <-p.drained:
+	default:
+		select {
+		case <-p.drained:
+		case <-ctx.Done():
+			err = ctx.Err()
+			p.force()
+			<-p.drained
+		}
+	}
+	p.finishOnce.Do(func() {
+		p.cancel()    // the scheduler stops
+		close(p.stop) // no connection adds samples any more: the flusher takes the last
+		p.bgWG.Wait()
+		close(p.finished)
+	})
+	<-p.finished
+	return err
+}
+
+// Close closes the proxy at once: it stops accepting, closes every connection, even
+// mid-reply, hands the last samples to the Sink, and waits until all the proxy's
+// goroutines have returned. It is Shutdown with a context already done, but returns nil.
+// After Close or Shutdown it does nothing.
 func (p *Proxy) Close() error {
-	p.closeOnce.Do(func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = p.Shutdown(ctx)
+	return nil
+}
+
+// beginDrain starts the drain (see Shutdown), once: no new clients, and no client's
+// commands forwarded from now on.
+func (p *Proxy) beginDrain() {
+	p.drainOnce.Do(func() {
 		p.mu.Lock()
 		p.closed = true
+		p.draining.Store(true)
+		close(p.drainStart)
+		for pc := range p.conns {
+			pc.stopReading()
+		}
+		p.mu.Unlock()
+		_ = p.ln.Close()
+		p.drainShared()
+		go func() {
+			p.wg.Wait() // no Add from 0 now: goTracked is called by counted goroutines only
+			close(p.drained)
+		}()
+	})
+}
+
+// force closes every connection at once and stops the loop, once.
+func (p *Proxy) force() {
+	p.forceOnce.Do(func() {
+		p.mu.Lock()
+		p.forced = true
 		for pc := range p.conns {
 			pc.closeBoth()
 		}
 		p.mu.Unlock()
-		p.cancel()
+		p.cancel() // dials in progress fail
 		p.closeShared()
-		_ = p.ln.Close()
-		p.wg.Wait()
-		close(p.stop) // no connection adds samples any more: the flusher takes the last
-		p.flushWG.Wait()
 	})
-	return nil
 }
 
 // track registers a connection and counts its goroutine; false when the proxy is closed.
@@ -390,12 +503,13 @@ func (p *Proxy) track(pc *proxyConn) bool {
 	return true
 }
 
-// goTracked runs f on a goroutine that Close waits for; false, not running f, when the
-// proxy is closed.
+// goTracked runs f on a goroutine that Shutdown waits for; false, not running f, when
+// the proxy's connections were closed (force). Only goroutines that wg counts call it, so
+// that wg never goes up from 0 while Shutdown waits.
 func (p *Proxy) goTracked(f func()) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.forced {
 		return false
 	}
 	p.wg.Add(1)
@@ -412,12 +526,12 @@ func (p *Proxy) untrack(pc *proxyConn) {
 	p.mu.Unlock()
 }
 
-// setConn stores c in *field, one of a proxyConn's connections (client, up), where Close
-// finds it; false, storing nothing, when Close came first.
+// setConn stores c in *field, one of a proxyConn's connections (client, up), where
+// Shutdown finds it; false, storing nothing, when the connections were closed (force).
 func (p *Proxy) setConn(field *net.Conn, c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.forced {
 		return false
 	}
 	*field = c
@@ -436,6 +550,17 @@ type proxyConn struct {
 	rng     rand.PCG
 	skip    int      // commands until the next sample, this one included
 	pending []Sample // the samples of one command
+
+	// On its own connection, for the drain (see Shutdown).
+	sent     int64       // commands forwarded upstream (toServer's; the loop's before it hands the client back)
+	want     int64       // replies the client is owed when draining began; -1 when not known
+	draining atomic.Bool // set by toServer after want: no more commands go upstream
+}
+
+// stopReading makes the client's pending and next reads fail with a timeout, which
+// toServer takes as the start of the drain; called with p.mu held.
+func (pc *proxyConn) stopReading() {
+	_ = pc.client.SetReadDeadline(time.Now())
 }
 
 // closeBoth closes both connections; called with p.mu held or after untrack.
@@ -472,6 +597,10 @@ func (pc *proxyConn) runOwn(rest []byte, resp3 bool) {
 		p.untrack(pc)
 		pc.closeBoth()
 	}()
+	if p.draining.Load() {
+		pc.finishClient() // what it sent is not forwarded: no reply is owed
+		return
+	}
 	up, err := p.dialer.DialContext(p.ctx, "tcp", p.upstream)
 	if err != nil {
 		p.log.Debug("proxy: dial upstream", "upstream", p.upstream, "err", err)
@@ -494,6 +623,12 @@ func (pc *proxyConn) runOwn(rest []byte, resp3 bool) {
 		}
 		_ = up.SetDeadline(time.Time{})
 	}
+	if p.draining.Load() {
+		pc.finishClient()
+		return
+	}
+	// From here on a drain that starts fails toServer's reads (stopReading), and the
+	// commands of rest, counted in sent by the loop, are owed replies.
 	if len(rest) > 0 {
 		if _, err := up.Write(rest); err != nil {
 			p.log.Debug("proxy: write upstream", "err", err)
@@ -525,18 +660,133 @@ func (pc *proxyConn) toServer(buf []byte) {
 	if err == io.EOF {
 		// The client is done sending; let the server finish its replies, after which it
 		// closes and toClient closes everything.
-		if tc, ok := pc.up.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+		if closeWrite(pc.up) {
 			return
 		}
+	}
+	if werr == nil && errors.Is(err, os.ErrDeadlineExceeded) && pc.p.draining.Load() {
+		// Shutdown: the commands forwarded so far are all the client gets answered.
+		pc.want = pc.sent
+		if pc.broken {
+			pc.want = -1 // not counted: toClient forwards until the deadline
+		}
+		pc.draining.Store(true)
+		_ = pc.up.SetReadDeadline(time.Now()) // toClient looks at want now
+		discard(pc.client, buf)
+		return // toClient ends the client's side; runOwn closes the connections
 	}
 	pc.closeBoth()
 }
 
-// toClient forwards server to client untouched.
+// toClient forwards server to client untouched, counting the replies (not pushes) for
+// the drain. Once draining, it forwards the replies the client is owed and no byte more,
+// then ends its side of the client's connection with a FIN; toServer reads the client
+// until it closes its side too.
+//
+// It counts after the write, as toServer parses, so that counting adds nothing to a
+// reply's latency.
 func (pc *proxyConn) toClient() {
 	buf := make([]byte, pc.p.bufSize)
-	_, _ = pump(pc.client, pc.up, buf, nil)
+	var rc replyCounter
+	for {
+		if pc.draining.Load() && rc.reached(pc.want) {
+			break
+		}
+		n, err := pc.up.Read(buf)
+		if n > 0 {
+			data := buf[:n]
+			draining := pc.draining.Load()
+			if draining && pc.want >= 0 {
+				data = data[:rc.count(data, pc.want)] // no byte past the last reply owed
+			}
+			if _, werr := pc.client.Write(data); werr != nil {
+				pc.p.log.Debug("proxy: write client", "err", werr)
+				pc.closeBoth()
+				return
+			}
+			if !draining {
+				rc.count(data, math.MaxInt64)
+			}
+		}
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && pc.draining.Load() {
+				_ = pc.up.SetReadDeadline(time.Time{}) // toServer's wake-up once want is set
+				continue
+			}
+			break
+		}
+	}
+	if pc.draining.Load() && closeWrite(pc.client) {
+		return // toServer reads the client until it closes its side
+	}
 	pc.closeBoth()
+}
+
+// replyCounter counts the replies in a server-to-client stream, leaving out RESP3 pushes
+// (which answer no command).
+type replyCounter struct {
+	scan replyScanner
+	push bool  // the reply being scanned is a push
+	n    int64 // replies ended so far
+}
+
+// count scans data, stopping after the reply that makes n reach limit, and returns how
+// many bytes of data it scanned. After a scan error it counts nothing more (see reached).
+func (r *replyCounter) count(data []byte, limit int64) int {
+	i := 0
+	for i < len(data) && r.n < limit && r.scan.err == nil {
+		if !r.push && r.scan.between() && data[i] == '>' {
+			r.push = true
+		}
+		k, done := r.scan.scan(data[i:])
+		i += k
+		if done {
+			if !r.push {
+				r.n++
+			}
+			r.push = false
+		}
+	}
+	if r.scan.err != nil {
+		return len(data)
+	}
+	return i
+}
+
+// reached reports whether want replies have ended; never when want is negative (not
+// known) or the stream did not parse.
+func (r *replyCounter) reached(want int64) bool {
+	return want >= 0 && r.scan.err == nil && r.n >= want
+}
+
+// finishClient ends a client that is owed nothing, while draining: a FIN, then what it
+// sends is read and dropped until it closes its side.
+func (pc *proxyConn) finishClient() {
+	if closeWrite(pc.client) {
+		discard(pc.client, make([]byte, 4096))
+	}
+}
+
+// closeWrite shuts the writing side of c, a TCP connection, which sends a FIN; false when
+// c cannot do that.
+func closeWrite(c net.Conn) bool {
+	cw, ok := c.(interface{ CloseWrite() error })
+	return ok && cw.CloseWrite() == nil
+}
+
+// discard reads and drops what c sends until it ends or fails. It clears the read
+// deadline that stopped the client's reads when the drain began (stopReading).
+func discard(c net.Conn, buf []byte) {
+	for {
+		_, err := c.Read(buf)
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			_ = c.SetReadDeadline(time.Time{})
+		default:
+			return
+		}
+	}
 }
 
 // pump copies src to dst through buf, handing each chunk to seen (when not nil) after it
@@ -589,10 +839,11 @@ func (pc *proxyConn) parse(data []byte) {
 	pc.sampleRest()
 }
 
-// sampleRest samples the commands that complete in what the parser was fed, and stops
-// sampling the connection when the bytes do not parse.
+// sampleRest samples the commands that complete in what the parser was fed, counting
+// them in sent, and stops sampling the connection when the bytes do not parse.
 func (pc *proxyConn) sampleRest() {
 	for pc.nextCommand() {
+		pc.sent++
 	}
 	if err := pc.parser.Err(); err != nil && !pc.broken {
 		pc.broken = true
@@ -684,9 +935,9 @@ func appendKeySamples(dst []Sample, args [][]byte, sizes []int64, nargs int) (ou
 }
 
 // flusher hands full batches to the Sink, and partial ones every FlushInterval, until
-// Close; then it hands over what is left.
+// the connections are gone (Shutdown, Close); then it hands over what is left.
 func (p *Proxy) flusher() {
-	defer p.flushWG.Done()
+	defer p.bgWG.Done()
 	t := time.NewTicker(p.interval)
 	defer t.Stop()
 	for {

@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -251,4 +252,46 @@ func TestConfigValue(t *testing.T) {
 			t.Errorf("configValue(%q): got %d, %v; want %d, %v", tt.reply, v, ok, tt.v, tt.ok)
 		}
 	}
+}
+
+// TestReplyCounter: replyCounter counts replies, not RESP3 pushes, across chunks split
+// anywhere, and stops after the reply that reaches its limit.
+func TestReplyCounter(t *testing.T) {
+	stream := "+OK\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n_\r\n$5\r\nhello\r\n*2\r\n:1\r\n$-1\r\n"
+	const replies = 4 // the push is not one
+	for split := range len(stream) + 1 {
+		var rc replyCounter
+		n := rc.count([]byte(stream[:split]), math.MaxInt64)
+		n += rc.count([]byte(stream[split:]), math.MaxInt64)
+		if n != len(stream) || rc.n != replies || !rc.reached(replies) || rc.reached(-1) {
+			t.Fatalf("split at %d: scanned %d bytes of %d, counted %d replies; want all, %d", split, n, len(stream), rc.n, replies)
+		}
+	}
+	for limit, want := range []int{0, 5, 40, 51, 64} {
+		var rc replyCounter
+		if got := rc.count([]byte(stream), int64(limit)); got != want {
+			t.Errorf("limit %d: scanned %d bytes; want %d (up to the end of reply %d)", limit, got, want, limit)
+		}
+	}
+	var rc replyCounter
+	if rc.count([]byte("+OK\r\n?"), math.MaxInt64); rc.reached(1) {
+		t.Errorf("after bytes that do not parse: reached; want never")
+	}
+}
+
+// BenchmarkProxyReplyCount measures what counting replies costs a pinned client's
+// replies (toClient): a chunk of 100 nil replies to pipelined GETs, the smallest and so
+// the costliest per byte, as in BenchmarkProxyPipeline.
+func BenchmarkProxyReplyCount(b *testing.B) {
+	chunk := []byte(strings.Repeat("$-1\r\n", 100))
+	var rc replyCounter
+	b.ReportAllocs()
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		rc.count(chunk, math.MaxInt64)
+	}
+	if rc.n != int64(b.N)*100 {
+		b.Fatalf("counted %d replies; want %d", rc.n, b.N*100)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/reply")
 }

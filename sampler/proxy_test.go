@@ -13,12 +13,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkeyd/hotkeyd/internal/leaktest"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/sampler"
 )
@@ -651,6 +653,7 @@ func TestNewProxyErrors(t *testing.T) {
 		{sampler.ProxyOptions{Sink: sink, BatchSize: -1}, "BatchSize -1"},
 		{sampler.ProxyOptions{Sink: sink, FlushInterval: -1}, "FlushInterval -1ns"},
 		{sampler.ProxyOptions{Sink: sink, DialTimeout: -1}, "DialTimeout -1ns"},
+		{sampler.ProxyOptions{Sink: sink, DrainTimeout: -1}, "DrainTimeout -1ns: must be > 0"},
 		{sampler.ProxyOptions{Sink: sink, MaxKeyBytes: -1}, "MaxKeyBytes -1"},
 		{sampler.ProxyOptions{Sink: sink, SchedPolicy: 3}, "SchedPolicy SchedPolicy(3): must be SchedOff, SchedAuto or SchedBatch"},
 		{sampler.ProxyOptions{Sink: sink, SchedInterval: time.Microsecond}, "SchedInterval 1µs: must be between 1ms and 1m"},
@@ -669,18 +672,27 @@ func TestNewProxyErrors(t *testing.T) {
 }
 
 // BenchmarkProxyPipeline measures pipelined GETs of 100 commands per round trip, straight
-// to Redis and through the proxy (sampling 1 in 100), from one connection.
+// to Redis, through the proxy (sampling 1 in 100), and through a proxy that gives each
+// client a connection of its own (ConnPerClient: the pinned clients' path, which parses
+// the commands and counts the replies), from one connection.
 func BenchmarkProxyPipeline(b *testing.B) {
 	srv := redistest.Start(b)
-	p, err := sampler.NewProxy(sampler.ProxyOptions{Upstream: srv.Addr(), Sink: sampler.SinkFunc(func(sampler.Batch) {})})
-	if err != nil {
-		b.Fatal(err)
+	start := func(perClient bool) *sampler.Proxy {
+		p, err := sampler.NewProxy(sampler.ProxyOptions{Upstream: srv.Addr(), Sink: sampler.SinkFunc(func(sampler.Batch) {}), ConnPerClient: perClient})
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { _ = p.Serve(context.Background()) }()
+		return p
 	}
-	go func() { _ = p.Serve(context.Background()) }()
+	p, own := start(false), start(true)
 	defer p.Close()
+	defer own.Close()
 	const depth = 100
 	req := []byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$5\r\nkey:1\r\n", depth))
-	for _, target := range []struct{ name, addr string }{{"direct", srv.Addr()}, {"proxy", p.Addr().String()}} {
+	for _, target := range []struct{ name, addr string }{
+		{"direct", srv.Addr()}, {"proxy", p.Addr().String()}, {"proxy-own", own.Addr().String()},
+	} {
 		b.Run(target.name, func(b *testing.B) {
 			conn, err := net.Dial("tcp", target.addr)
 			if err != nil {
@@ -783,4 +795,260 @@ func TestProxyNoResp3(t *testing.T) {
 	if s := p.Stats(); s.SharedClients != 1 || s.OwnClients != 1 || s.Pins[sampler.PinCommand] != 1 || s.SharedFailures != 0 {
 		t.Fatalf("stats %+v; want the plain client shared, the HELLO 3 one pinned, no failure", s)
 	}
+}
+
+// drainModes are the ways a client is served, for the Shutdown tests: over the shared
+// connection, on a connection of its own after a first command that pins it (sent in
+// the same write as what follows, so that the commands after it reach its own connection
+// from what the shared one's loop had read), and with ConnPerClient.
+var drainModes = []drainMode{
+	{name: "shared"},
+	{name: "pinned", first: "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$5\r\ndrain\r\n", firstReply: "+OK\r\n"},
+	{name: "ConnPerClient", perClient: true},
+}
+
+type drainMode struct {
+	name       string
+	perClient  bool
+	first      string // sent first
+	firstReply string // its reply
+}
+
+// checkMode checks that the proxy serves its one client as m says.
+func (m drainMode) check(t *testing.T, p *sampler.Proxy) {
+	t.Helper()
+	if runtime.GOOS != "linux" && !m.perClient {
+		return // no multiplexing: every client has its own connection
+	}
+	want := sampler.ProxyStats{OwnClients: 1}
+	if m.name == "shared" {
+		want = sampler.ProxyStats{SharedClients: 1}
+	}
+	waitFor(t, m.name+" client", func() bool {
+		s := p.Stats()
+		return s.SharedClients == want.SharedClients && s.OwnClients == want.OwnClients
+	})
+}
+
+// TestProxyShutdownLargeReply: a client reading a 32 MiB reply when Shutdown starts gets
+// all of it, then end of file (not a reset), and Shutdown returns nil once the client
+// has closed its side, not before.
+func TestProxyShutdownLargeReply(t *testing.T) {
+	for _, m := range drainModes {
+		t.Run(m.name, func(t *testing.T) { testProxyShutdownLargeReply(t, m) })
+	}
+}
+
+func testProxyShutdownLargeReply(t *testing.T, m drainMode) {
+	srv := redistest.Start(t)
+	const size = 32 << 20 // more than the sockets' buffers hold
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	if err := direct.Set(context.Background(), "big", strings.Repeat("v", size), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	base := runtime.NumGoroutine()
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient})
+	c := muxDial(t, p.Addr().String())
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	c.send(t, m.first+"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n")
+	want := m.firstReply + fmt.Sprintf("$%d\r\n", size) + strings.Repeat("v", size) + "\r\n"
+	head := make([]byte, len(m.firstReply)+64<<10)
+	if _, err := io.ReadFull(c.r, head); err != nil {
+		t.Fatalf("the start of the reply: %v", err)
+	}
+	m.check(t, p)
+
+	shut := make(chan error, 1)
+	go func() { shut <- p.Shutdown(context.Background()) }()
+	rest, err := io.ReadAll(c.r)
+	if got := string(head) + string(rest); err != nil || got != want {
+		t.Fatalf("after Shutdown began: the client got %d bytes of its %d (equal: %v), then %v; want all of them, then end of file",
+			len(got), len(want), got == want, err)
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v while the client's side was open; want it to wait for the client", err)
+	default:
+	}
+	_ = c.Close()
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: got %v; want nil", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close after Shutdown: got %v; want nil", err)
+	}
+	leaktest.Wait(t, base)
+}
+
+// TestProxyShutdownPipeline: a client pipelines INCRs without pause while Shutdown
+// starts. Every command Redis ran is answered, in order and whole; then the client gets
+// end of file; the commands it wrote from the drain on get no reply, and its writes
+// succeed (the proxy reads them) until it closes.
+func TestProxyShutdownPipeline(t *testing.T) {
+	for _, m := range drainModes {
+		t.Run(m.name, func(t *testing.T) { testProxyShutdownPipeline(t, m) })
+	}
+}
+
+func testProxyShutdownPipeline(t *testing.T, m drainMode) {
+	srv := redistest.Start(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	if err := direct.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	base := runtime.NumGoroutine()
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient})
+	c := muxDial(t, p.Addr().String())
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+
+	const batch = 100
+	chunk := strings.Repeat("*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n", batch)
+	stop := make(chan struct{})
+	wrote := make(chan error, 1)
+	var written atomic.Int64
+	go func() {
+		first := m.first
+		for {
+			select {
+			case <-stop:
+				wrote <- nil
+				return
+			default:
+			}
+			if _, err := io.WriteString(c, first+chunk); err != nil {
+				wrote <- err
+				return
+			}
+			first = ""
+			written.Add(batch)
+		}
+	}()
+	if m.firstReply != "" {
+		if got := c.reply(t); got != m.firstReply {
+			t.Fatalf("first command: got %q; want %q", got, m.firstReply)
+		}
+	}
+	shut := make(chan error, 1)
+	var replies int64
+	for {
+		line, err := c.r.ReadString('\n')
+		if err == io.EOF && line == "" {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d replies: got %q, %v; want whole replies, then end of file", replies, line, err)
+		}
+		replies++
+		if want := ":" + strconv.FormatInt(replies, 10) + "\r\n"; line != want {
+			t.Fatalf("reply %d: got %q; want %q", replies, line, want)
+		}
+		if replies == 1000 {
+			m.check(t, p)
+			go func() { shut <- p.Shutdown(context.Background()) }()
+		}
+	}
+	close(stop)
+	if err := <-wrote; err != nil {
+		t.Fatalf("writing while the proxy drained: %v; want the proxy to read until the client closes", err)
+	}
+	// The client's commands from now on are read and dropped.
+	if _, err := io.WriteString(c, chunk); err != nil {
+		t.Fatalf("writing after end of file: %v; want the proxy to read until the client closes", err)
+	}
+	ran, err := direct.Get(context.Background(), "n").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran != replies || replies < 1000 {
+		t.Fatalf("Redis ran %d INCRs; the client got %d replies; want every command Redis ran answered", ran, replies)
+	}
+	t.Logf("%d commands written, %d answered", written.Load()+batch, replies)
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v while the client's side was open; want it to wait for the client", err)
+	default:
+	}
+	_ = c.Close()
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: got %v; want nil", err)
+	}
+	leaktest.Wait(t, base)
+}
+
+// TestProxyShutdownDeadline: a client blocked in BLPOP 0 is owed a reply that does not
+// come: it is closed when Shutdown's context ends, without a byte, and Shutdown returns
+// the context's error. An idle client beside it gets end of file at once.
+func TestProxyShutdownDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	if err := direct.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	base := runtime.NumGoroutine()
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink()})
+	idle := muxDial(t, p.Addr().String())
+	idle.expect(t, "+PONG\r\n", "PING")
+	blocked := muxDial(t, p.Addr().String())
+	blocked.send(t, muxCmd("BLPOP", "q", "0"))
+	waitFor(t, "BLPOP to block", func() bool {
+		list, err := direct.ClientList(context.Background()).Result()
+		return err == nil && strings.Contains(list, "cmd=blpop")
+	})
+	idleDone := make(chan error, 1)
+	go func() {
+		rest, err := io.ReadAll(idle.r)
+		if len(rest) > 0 && err == nil {
+			err = fmt.Errorf("got %q", rest)
+		}
+		_ = idle.Close()
+		idleDone <- err
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := p.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown with a client blocked: got %v; want %v", err, context.DeadlineExceeded)
+	}
+	if err := <-idleDone; err != nil {
+		t.Errorf("idle client: %v; want end of file", err)
+	}
+	// Closed at the deadline: end of file, or a reset; no reply.
+	if rest, err := io.ReadAll(blocked.r); len(rest) > 0 || err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("blocked client after the deadline: got %q, %v; want no reply, then end of file or a reset", rest, err)
+	}
+	_ = blocked.Close()
+	leaktest.Wait(t, base)
+}
+
+// TestProxyShutdownIdle: Shutdown with no clients returns nil; Close and Shutdown after
+// it do nothing, and no goroutine is left.
+func TestProxyShutdownIdle(t *testing.T) {
+	base := runtime.NumGoroutine()
+	for _, m := range muxModes {
+		p, err := sampler.NewProxy(sampler.ProxyOptions{Sink: newRecordSink(), ConnPerClient: m.perClient})
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- p.Serve(context.Background()) }()
+		if err := p.Shutdown(context.Background()); err != nil {
+			t.Fatalf("%s: Shutdown: got %v; want nil", m.name, err)
+		}
+		if err := <-served; err != nil {
+			t.Fatalf("%s: Serve: got %v; want nil", m.name, err)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatalf("%s: Close after Shutdown: got %v; want nil", m.name, err)
+		}
+		if err := p.Shutdown(context.Background()); err != nil {
+			t.Fatalf("%s: Shutdown again: got %v; want nil", m.name, err)
+		}
+		if _, err := net.Dial("tcp", p.Addr().String()); err == nil {
+			t.Fatalf("%s: dial after Shutdown: got nil error; want refused", m.name)
+		}
+	}
+	leaktest.Wait(t, base)
 }
