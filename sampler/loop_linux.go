@@ -64,6 +64,9 @@ const (
 	upResp3  = 2
 )
 
+// upNames names the shared connections in logs.
+var upNames = [...]string{"reads", "writes", "reads-resp3", "writes-resp3"}
+
 // loopUpstream is a shared connection to Redis.
 type loopUpstream struct {
 	fd     int // -1 while there is none
@@ -90,7 +93,7 @@ type loopClient struct {
 	eof     bool   // it sent everything
 	hup     bool   // its socket hung up or failed: no more reads
 	closed  bool   // replies are dropped; closed after the turn
-	fin     bool   // draining, it was sent a FIN: it is read until it sends one too
+	fin     bool   // draining, it was sent a FIN: it is read until it sends one too, unless all it was sent had reached it
 	done    bool   // in finished
 	events  uint32 // its registered epoll interest; regNone when not registered
 }
@@ -752,9 +755,24 @@ func (l *muxLoop) settle(c *loopClient) {
 	}
 	if l.draining && !c.fin {
 		c.fin = true
+		acked := sendQueue(c.fd) == 0 // every byte it was sent reached it
 		if err := syscall.Shutdown(c.fd, syscall.SHUT_WR); err != nil {
 			l.p.log.Debug("proxy: end a client's connection", "err", err)
 			l.drop(c)
+			return
+		}
+		if acked {
+			// Nothing it was sent can be lost now, so it is closed at once rather than
+			// once it closes its side, which an idle pooled connection does not do before
+			// the deadline. What it sent is dropped first, so that the close sends no
+			// reset; were one to follow, it comes after the FIN.
+			for {
+				if n, err := ioRetry(rawRead, c.fd, c.in); n <= 0 || err != nil {
+					break
+				}
+			}
+			c.done = true
+			l.finished = append(l.finished, c)
 		}
 	}
 }
@@ -824,18 +842,24 @@ func (l *muxLoop) upFailed(i int, err error) {
 	if u.fd < 0 {
 		return
 	}
-	l.p.log.Warn("proxy: shared upstream connection failed; clients owed replies are disconnected", "err", err)
+	l.p.stats.sharedFailures.Add(1)
 	_ = l.ctl(syscall.EPOLL_CTL_DEL, u.fd, 0)
 	l.failed = append(l.failed, u.fd)
 	u.fd = -1
+	dropped := 0
 	for {
 		e, ok := u.queue.front()
 		if !ok {
 			break
 		}
+		if !e.c.closed {
+			dropped++
+		}
 		l.drop(e.c)
 		u.queue.pop()
 	}
+	l.p.log.Warn("proxy: shared upstream connection failed; the clients owed replies on it are disconnected",
+		"upstream", l.p.upstream, "conn", upNames[i], "clients", dropped, "err", err)
 	u.out = u.out[:0]
 	u.scan, u.push = replyScanner{}, false
 	l.throttle()

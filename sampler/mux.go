@@ -139,6 +139,10 @@ func (p *Proxy) muxLoop() *muxLoop {
 		p.sharedFailedLocked(err)
 		return nil
 	}
+	if l != nil && p.sharedDown {
+		p.sharedDown = false
+		p.log.Info("proxy: upstream answers again; clients share its connections again", "upstream", p.upstream)
+	}
 	p.loop = l
 	return l
 }
@@ -154,7 +158,8 @@ func (p *Proxy) sharedFailed(err error) {
 func (p *Proxy) sharedFailedLocked(err error) {
 	p.stats.sharedFailures.Add(1)
 	p.muxRetryAt = time.Now().Add(muxRetry)
-	p.log.Warn("proxy: cannot share an upstream connection; clients get one each for now",
+	p.sharedDown = true
+	p.log.Warn("proxy: cannot open a shared upstream connection; until the retry, each new client gets a connection of its own (which fails too while the upstream is down)",
 		"upstream", p.upstream, "err", err, "retry_in", muxRetry)
 }
 

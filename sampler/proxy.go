@@ -132,8 +132,9 @@ const proxyBatches = 4
 // Stopping. Shutdown stops the proxy gracefully: it stops accepting at once and takes no
 // new commands (what clients send from then on is read and dropped), delivers the whole
 // reply to every command already forwarded to Redis, then ends each client's connection
-// with a FIN, reads what the client still sends until it closes its side, and closes it;
-// what is still open when its context ends is closed then. Serve does the same when its
+// with a FIN, reads what the client still sends until it closes its side (or briefly,
+// once all it was sent has reached it, so that an idle pooled connection does not hold
+// the stop), and closes it; what is still open when its context ends is closed then. Serve does the same when its
 // context ends, bounded by DrainTimeout. Close closes every connection at once, mid-reply.
 //
 // Samples go to the Sink in batches from one goroutine, at most BatchSize at a time or
@@ -172,9 +173,10 @@ type Proxy struct {
 	multiplex  bool
 	sched      SchedPolicy
 	schedEvery time.Duration
-	muxMu      sync.Mutex // guards loop and muxRetryAt
+	muxMu      sync.Mutex // guards loop, muxRetryAt and sharedDown
 	loop       *muxLoop   // the shared upstream connection's event loop, or nil
 	muxRetryAt time.Time  // no shared connection before then
+	sharedDown bool       // sharing failed and has not worked since: log when it does
 	probes     probeGate  // new clients' checks that Redis wants no AUTH
 
 	ctx          context.Context // cancelled once the connections are gone or forced closed; bounds dials
@@ -413,7 +415,10 @@ func (p *Proxy) Serve(ctx context.Context) error {
 //  3. Every command already forwarded to Redis gets its whole reply: the proxy counts
 //     the replies each client is owed.
 //  4. Then each client's connection is ended with a FIN, what the client still sends is
-//     read and dropped until it closes its side, and the connection is closed.
+//     read and dropped until it closes its side, and the connection is closed. A client
+//     that every byte it was sent has reached (the kernel's SIOCOUTQ, on Linux) is
+//     closed without waiting for it: an idle pooled connection would not close its side
+//     before the deadline, and the close can lose it nothing.
 //
 // When ctx is done first, every connection still open is closed at once (a client
 // blocked in BLPOP, a subscriber, MONITOR, one that never closes its side, or one whose
@@ -555,6 +560,7 @@ type proxyConn struct {
 	sent     int64       // commands forwarded upstream (toServer's; the loop's before it hands the client back)
 	want     int64       // replies the client is owed when draining began; -1 when not known
 	draining atomic.Bool // set by toServer after want: no more commands go upstream
+	fin      atomic.Bool // the client was sent a FIN and all before it: discard stops at its read deadline
 }
 
 // stopReading makes the client's pending and next reads fail with a timeout, which
@@ -672,7 +678,7 @@ func (pc *proxyConn) toServer(buf []byte) {
 		}
 		pc.draining.Store(true)
 		_ = pc.up.SetReadDeadline(time.Now()) // toClient looks at want now
-		discard(pc.client, buf)
+		discard(pc.client, buf, &pc.fin)
 		return // toClient ends the client's side; runOwn closes the connections
 	}
 	pc.closeBoth()
@@ -716,8 +722,14 @@ func (pc *proxyConn) toClient() {
 			break
 		}
 	}
-	if pc.draining.Load() && closeWrite(pc.client) {
-		return // toServer reads the client until it closes its side
+	if pc.draining.Load() {
+		acked := connSendQueue(pc.client) == 0 // every byte it was sent reached it
+		if closeWrite(pc.client) {
+			if acked {
+				pc.finSent(pc.client) // toServer stops reading it after finLinger
+			}
+			return // toServer reads the client until it closes its side
+		}
 	}
 	pc.closeBoth()
 }
@@ -760,11 +772,29 @@ func (r *replyCounter) reached(want int64) bool {
 }
 
 // finishClient ends a client that is owed nothing, while draining: a FIN, then what it
-// sends is read and dropped until it closes its side.
+// sends is read and dropped until it closes its side, or for finLinger when all it was
+// sent had reached it.
 func (pc *proxyConn) finishClient() {
+	acked := connSendQueue(pc.client) == 0
 	if closeWrite(pc.client) {
-		discard(pc.client, make([]byte, 4096))
+		if acked {
+			pc.finSent(pc.client)
+		}
+		discard(pc.client, make([]byte, 4096), &pc.fin)
 	}
+}
+
+// finLinger is how long a draining proxy goes on reading and dropping what a client
+// sends after it was sent a FIN, when everything it was sent had reached it, before
+// closing its connection: long enough for commands on their way, and short, so that an
+// idle pooled connection, which does not close its side until it is used again, does not
+// hold the stop until the deadline. Nothing the client was sent can be lost by the close.
+const finLinger = 50 * time.Millisecond
+
+// finSent bounds discard's reads of c, the client's connection, to finLinger from now.
+func (pc *proxyConn) finSent(c net.Conn) {
+	pc.fin.Store(true)
+	_ = c.SetReadDeadline(time.Now().Add(finLinger))
 }
 
 // closeWrite shuts the writing side of c, a TCP connection, which sends a FIN; false when
@@ -774,15 +804,19 @@ func closeWrite(c net.Conn) bool {
 	return ok && cw.CloseWrite() == nil
 }
 
-// discard reads and drops what c sends until it ends or fails. It clears the read
-// deadline that stopped the client's reads when the drain began (stopReading).
-func discard(c net.Conn, buf []byte) {
+// discard reads and drops what c sends until it ends or fails, or, once fin is set, until
+// its read deadline (finSent's). Before that it clears the read deadline that stopped the
+// client's reads when the drain began (stopReading).
+func discard(c net.Conn, buf []byte, fin *atomic.Bool) {
 	for {
 		_, err := c.Read(buf)
 		switch {
 		case err == nil:
-		case errors.Is(err, os.ErrDeadlineExceeded):
+		case errors.Is(err, os.ErrDeadlineExceeded) && !fin.Load():
 			_ = c.SetReadDeadline(time.Time{})
+			if fin.Load() { // finSent's deadline came before this clear: set it again
+				_ = c.SetReadDeadline(time.Now().Add(finLinger))
+			}
 		default:
 			return
 		}

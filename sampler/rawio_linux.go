@@ -3,6 +3,7 @@
 package sampler
 
 import (
+	"net"
 	"syscall"
 	"unsafe"
 )
@@ -45,4 +46,32 @@ func pollNow(epfd int, events []syscall.EpollEvent) (int, error) {
 		return 0, e
 	}
 	return int(n), nil
+}
+
+// sendQueue returns how many bytes fd's socket has sent or holds that its peer has not
+// acknowledged (SIOCOUTQ), -1 when it cannot tell. 0 means every byte written reached
+// the peer's kernel: closing the socket then loses nothing, even if a reset follows.
+func sendQueue(fd int) int {
+	var n int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCOUTQ, uintptr(unsafe.Pointer(&n))); e != 0 {
+		return -1
+	}
+	return int(n)
+}
+
+// connSendQueue is sendQueue of c's socket; -1 when c has none.
+func connSendQueue(c net.Conn) int {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	n := -1
+	if rc.Control(func(fd uintptr) { n = sendQueue(int(fd)) }) != nil {
+		return -1
+	}
+	return n
 }

@@ -364,8 +364,11 @@ func TestProxyUpstreamRestart(t *testing.T) {
 	if err := agent.signal(t, syscall.SIGTERM); err != nil {
 		t.Errorf("hotkeyd serve after SIGTERM: %v; want exit status 0", err)
 	}
-	if !strings.Contains(agent.log.String(), "proxy: shared upstream connection failed") {
-		t.Errorf("log lacks the shared connection's failure:\n%s", agent.log)
+	log := agent.log.String()
+	for _, want := range []string{"proxy: shared upstream connection failed", "upstream=" + upstream, "conn=writes"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
 	}
 }
 
