@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -85,7 +86,8 @@ func DecodePlan(data []byte) (Plan, error) {
 	if err := d.Decode(&p); err != nil {
 		return Plan{}, fmt.Errorf("plan: %w", err)
 	}
-	if d.More() {
+	// More misses a stray '}' or ']' after the object; only EOF means nothing follows.
+	if _, err := d.Token(); err != io.EOF {
 		return Plan{}, fmt.Errorf("plan: trailing data after the JSON object")
 	}
 	if err := p.Validate(); err != nil {

@@ -127,6 +127,9 @@ func TestDecodePlanJSON(t *testing.T) {
 	}{
 		{"not JSON", `{`, "plan: unexpected EOF"},
 		{"trailing data", `{"version":1,"generated":"2026-03-01T20:00:00Z","primaries":1,"entries":[]} {}`, "trailing data"},
+		{"trailing brace", `{"version":1,"generated":"2026-03-01T20:00:00Z","primaries":1,"entries":[]} }`, "trailing data"},
+		{"trailing bracket", `{"version":1,"generated":"2026-03-01T20:00:00Z","primaries":1,"entries":[]}]`, "trailing data"},
+		{"trailing space", "{\"version\":1,\"generated\":\"2026-03-01T20:00:00Z\",\"primaries\":1,\"entries\":[]}\n ", ""},
 		{"bad duration", `{"version":1,"generated":"2026-03-01T20:00:00Z","primaries":1,"entries":[{"key":"k","kind":"l1","mode":"enforce","since":"2026-03-01T20:00:00Z","expires":"2026-03-01T20:01:00Z","ttl":"soon"}]}`, `duration "soon"`},
 		{"numeric duration", `{"version":1,"generated":"2026-03-01T20:00:00Z","primaries":1,"entries":[{"key":"k","kind":"l1","mode":"enforce","since":"2026-03-01T20:00:00Z","expires":"2026-03-01T20:01:00Z","ttl":1000}]}`, `want a string such as "1s"`},
 		{"unknown fields are ignored", `{"version":1,"generated":"2026-03-01T20:00:00Z","primaries":1,"entries":null,"epoch":"x"}`, ""},
@@ -183,6 +186,10 @@ func FuzzDecodePlan(f *testing.F) {
 		p, err := DecodePlan(data)
 		if err != nil {
 			return
+		}
+		// What decodes is one JSON document: nothing after it is ignored.
+		if !json.Valid(data) {
+			t.Fatalf("DecodePlan accepted %q, which is not one JSON value", data)
 		}
 		// What decodes is valid, and survives a round trip unchanged.
 		if err := p.Validate(); err != nil {

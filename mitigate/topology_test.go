@@ -309,8 +309,27 @@ func FuzzParseRedirect(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		r, ok := ParseRedirect(errors.New(s))
-		if ok && (r.Slot < 0 || r.Slot >= SlotCount || r.Addr == "") {
+		if !ok {
+			if r != (Redirect{}) {
+				t.Fatalf("ParseRedirect(%q) = %+v, false; want the zero Redirect", s, r)
+			}
+			return
+		}
+		if r.Slot < 0 || r.Slot >= SlotCount || r.Addr == "" {
 			t.Fatalf("ParseRedirect(%q) = %+v, true; want a slot in range and an address", s, r)
+		}
+		// The address is one field of the reply, and the redirect survives being written
+		// the way Redis writes it.
+		if !slices.Contains(strings.Fields(s), r.Addr) {
+			t.Fatalf("ParseRedirect(%q) = %+v; address is not a field of the reply", s, r)
+		}
+		kind := "MOVED"
+		if r.Ask {
+			kind = "ASK"
+		}
+		canon := fmt.Sprintf("%s %d %s", kind, r.Slot, r.Addr)
+		if again, ok := ParseRedirect(errors.New(canon)); !ok || again != r {
+			t.Fatalf("ParseRedirect(%q) = %+v, but its canonical form %q gives %+v, %v", s, r, canon, again, ok)
 		}
 	})
 }

@@ -174,6 +174,9 @@ func TestDocsExamples(t *testing.T) {
 	}
 }
 
+// eventFields are the JSON names of an event's fields.
+var eventFields = []string{"id", "name", "patterns", "allow_broad", "start", "end", "lead", "recurrence", "zone", "expected_read_rate", "expected_write_rate", "mitigations", "owner", "note"}
+
 func FuzzDecodeEvent(f *testing.F) {
 	f.Add([]byte(contractExample))
 	f.Add([]byte(`{"id":"a","patterns":["k","p:*","g:[a-z]?"],"start":"2026-03-28T19:30:00+01:00","end":"2026-03-28T21:30:00+01:00","recurrence":"weekly@sat 19:30","zone":"Europe/Madrid","mitigations":["l1","copies"]}`))
@@ -183,13 +186,25 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := DecodeEvent(data)
 		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("DecodeEvent error %v is not an ErrInvalid", err)
+			var inv *InvalidError
+			if !errors.As(err, &inv) || len(inv.Problems) == 0 {
+				t.Fatalf("DecodeEvent error %v is not an *InvalidError with a problem", err)
+			}
+			// Each problem names a field of the event by its JSON name, or the document
+			// (""), or the unknown field it is about.
+			for _, p := range inv.Problems {
+				name, _, _ := strings.Cut(p.Field, "[")
+				if name != "" && !slices.Contains(eventFields, name) && !strings.HasPrefix(p.Problem, "unknown field") {
+					t.Fatalf("DecodeEvent(%q): problem %q names field %q; want one of %q", data, p.Problem, p.Field, eventFields)
+				}
 			}
 			return
 		}
 		if err := e.Validate(); err != nil {
 			t.Fatalf("decoded event is invalid: %v", err)
+		}
+		if !json.Valid(data) {
+			t.Fatalf("DecodeEvent accepted %q, which is not one JSON value", data)
 		}
 		out, err := json.Marshal(e)
 		if err != nil {

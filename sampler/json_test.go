@@ -262,6 +262,9 @@ func FuzzDecodeJSONReport(f *testing.F) {
 			}
 			return
 		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted %q, which is not one JSON value", body)
+		}
 		if checkSource(b.Source) != nil || !(b.Rate > 0 && b.Rate <= 1) {
 			t.Fatalf("accepted source %q rate %v", b.Source, b.Rate)
 		}

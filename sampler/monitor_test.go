@@ -98,8 +98,27 @@ func FuzzMonitorLine(f *testing.F) {
 	f.Add([]byte(`1.2 [0 [::1]:1] "\x4"`), "\n\r\t\a\b", "'")
 	f.Fuzz(func(t *testing.T, line []byte, a, b string) {
 		var l monitorLine
-		_ = l.parse(line, false)
-		_ = l.parse(line, true)
+		if l.parse(line, false) == nil {
+			// What parses whole parses alike when marked partial (nothing is in progress
+			// at its end), and survives being quoted again the way Redis quotes.
+			db, args := l.db, make([]string, len(l.args))
+			quotedArgs := make([]string, len(l.args))
+			for i, a := range l.args {
+				args[i], quotedArgs[i] = string(a), redisRepr(string(a))
+				if l.sizes[i] != int64(len(a)) {
+					t.Fatalf("%q: arg %d size %d; want %d", line, i, l.sizes[i], len(a))
+				}
+			}
+			if err := l.parse(line, true); err != nil || l.db != db || !slices.Equal(byteStrings(l.args), args) {
+				t.Fatalf("%q partial: got db %d %q, %v; want db %d %q", line, l.db, l.args, err, db, args)
+			}
+			again := fmt.Sprintf("1.5 [%d 127.0.0.1:1] %s", db, strings.Join(quotedArgs, " "))
+			if err := l.parse([]byte(again), false); err != nil || l.db != db || !slices.Equal(byteStrings(l.args), args) {
+				t.Fatalf("%q requoted as %q: got db %d %q, %v; want db %d %q", line, again, l.db, l.args, err, db, args)
+			}
+		} else {
+			_ = l.parse(line, true)
+		}
 		quoted := fmt.Sprintf("1339518083.107412 [0 127.0.0.1:1] %s %s", redisRepr(a), redisRepr(b))
 		if err := l.parse([]byte(quoted), false); err != nil {
 			t.Fatalf("%s: %v", quoted, err)
@@ -327,4 +346,12 @@ func TestMonitorDestination(t *testing.T) {
 			t.Errorf("%s: got %q; want %q", tt.line, got, tt.want)
 		}
 	}
+}
+
+func byteStrings(b [][]byte) []string {
+	s := make([]string, len(b))
+	for i, x := range b {
+		s[i] = string(x)
+	}
+	return s
 }
