@@ -1116,18 +1116,7 @@ func TestMuxUpstreamKill(t *testing.T) {
 				x.expect(t, "+PONG\r\n", "PING")
 				y.expect(t, "+PONG\r\n", "PING")
 				// Writes wait while clients are paused: x's SET stays unanswered.
-				if err := direct.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
-					t.Fatal(err)
-				}
-				unpaused := false
-				unpause := func() {
-					if !unpaused {
-						unpaused = true
-						if err := direct.ClientUnpause(ctx).Err(); err != nil {
-							t.Error(err)
-						}
-					}
-				}
+				unpause := pauseWrites(t, ctx, direct)
 				defer unpause()
 				x.send(t, muxCmd("SET", "kill:x", "1"))
 				waitFor(t, "SET to wait for the pause", func() bool {
@@ -1462,18 +1451,7 @@ func TestMuxCommandOverRedisLimit(t *testing.T) {
 					}
 					return sum, sets
 				}
-				if err := direct.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
-					t.Fatal(err)
-				}
-				unpaused := false
-				unpause := func() {
-					if !unpaused {
-						unpaused = true
-						if err := direct.ClientUnpause(ctx).Err(); err != nil {
-							t.Error(err)
-						}
-					}
-				}
+				unpause := pauseWrites(t, ctx, direct)
 				defer unpause()
 				b.send(t, muxCmd("SET", "limit:b", "1"))
 				waitFor(t, "b's SET to wait for the pause", func() bool { _, sets := qbuf(); return sets > 0 })
@@ -1691,5 +1669,22 @@ func TestMuxBehindTwemproxy(t *testing.T) {
 	st := p.Stats()
 	if st.SharedClients != 2 || st.SharedFailures != 0 {
 		t.Fatalf("stats: %d shared clients, %d shared failures; want 2, 0", st.SharedClients, st.SharedFailures)
+	}
+}
+
+// pauseWrites holds Redis's writes (CLIENT PAUSE WRITE, 20 s at most) and returns the
+// unpause, which acts once however often it is called.
+func pauseWrites(t *testing.T, ctx context.Context, direct *redis.Client) (unpause func()) {
+	t.Helper()
+	if err := direct.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if err := direct.ClientUnpause(ctx).Err(); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
