@@ -79,27 +79,22 @@ func genName(key string) string { return slotTag(Slot(key)) + "gen:" + key }
 func listName(key string) string { return slotTag(Slot(key)) + "subs:" + key }
 
 // listKey returns the key a list of sub-counters belongs to, and false for another name.
-func listKey(name string) (string, bool) {
-	if !strings.HasPrefix(name, "{hk:t") {
-		return "", false
-	}
-	_, key, ok := strings.Cut(name, "}subs:")
-	if !ok || listName(key) != name {
-		return "", false
-	}
-	return key, true
-}
+func listKey(name string) (string, bool) { return ofTagged(name, "}subs:", listName) }
 
 // stashSub returns the sub-counter a stash belongs to, and false for another name.
-func stashSub(name string) (string, bool) {
+func stashSub(name string) (string, bool) { return ofTagged(name, "}stash:", stashName) }
+
+// ofTagged returns what name, a protocol key "{hk:t<n>}<kind>:<of>", was made for by
+// nameOf, and false for a name nameOf did not make.
+func ofTagged(name, kind string, nameOf func(string) string) (string, bool) {
 	if !strings.HasPrefix(name, "{hk:t") {
 		return "", false
 	}
-	_, sub, ok := strings.Cut(name, "}stash:")
-	if !ok || stashName(sub) != name {
+	_, of, ok := strings.Cut(name, kind)
+	if !ok || nameOf(of) != name {
 		return "", false
 	}
-	return sub, true
+	return of, true
 }
 
 // Scripts of the fold and of the reader. Each touches keys of one slot only.
