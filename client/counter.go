@@ -271,7 +271,7 @@ func (k *Counter) target(ctx context.Context, key string, e leasedEntry, now tim
 		return sub
 	}
 	if err := mitigate.ListSubCounter(internal(ctx), c.rdb, key, sub); err != nil {
-		c.log.Warn("hotkeyd: listing a sub-counter failed; incrementing the key itself", "key", key, "sub", sub, "err", err)
+		c.log.Debug("hotkeyd: listing a sub-counter failed; incrementing the key itself", "key", key, "sub", sub, "err", err)
 		return key
 	}
 	// Bound by the lease too: once it has run out, the executor may take sub off the

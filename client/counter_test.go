@@ -577,3 +577,45 @@ func TestCounterGetSampledAsRead(t *testing.T) {
 		t.Errorf("samples of two Gets: %q; want %q", got, want)
 	}
 }
+
+// TestCounterListFails: when a sub-counter cannot be listed (here the list's name holds a
+// string, so SADD fails), Add increments the key itself, where every reader finds it,
+// rather than a sub-counter no reader would know of.
+func TestCounterListFails(t *testing.T) {
+	srv := redistest.Start(t)
+	im := impl{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	}}
+	const key = "unlisted:likes"
+	ctx := context.Background()
+	subs, err := topology(t, im).Names(key, 2, mitigate.ShardedCounter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := newFakeClock()
+	ps := startPlanServer(t)
+	ps.publish(shardedEntry(key, subs, 10*time.Minute))
+	rdb, c := attach(t, im, ps, Options{Rand: seeded(1), Now: clock.Now})
+	waitVersion(t, c, 2)
+	counter := c.Counter()
+	if err := counter.Add(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	lists := keysMatching(t, im, "{hk:t*}subs:"+key)
+	if len(lists) != 1 {
+		t.Fatalf("lists of %s: %q; want 1", key, lists)
+	}
+	if err := rdb.Set(ctx, lists[0], "not a set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(mitigate.ListRenewal + time.Second) // the listing is renewed at the next Add
+	if err := counter.Add(ctx, key, 5); err != nil {
+		t.Fatalf("Add with the list unwritable: %v; want the key incremented instead", err)
+	}
+	if st := counter.Stats(); st.Sharded != 1 || st.Plain != 1 {
+		t.Errorf("stats %+v; want 1 sharded Add and 1 plain", st)
+	}
+	if v, err := rdb.Get(ctx, key).Int64(); err != nil || v != 5 {
+		t.Errorf("GET %s: %d, %v; want 5, the Add that could not list its sub-counter", key, v, err)
+	}
+}
