@@ -2,6 +2,7 @@ package registry
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -126,6 +127,10 @@ func newSchedule(start, end time.Time, lead time.Duration, rec recurrence, loc *
 	if rec.kind == once {
 		return s, nil
 	}
+	// Sub saturates: occurrences after the first are start + dur, so dur must be exact.
+	if !start.Add(s.dur).Equal(end) {
+		return nil, fmt.Errorf("occurrences last end − start: at most %v (about 292 years) with a recurrence", time.Duration(math.MaxInt64))
+	}
 	local := start.In(loc)
 	s.hour, s.minute, s.second, s.nsec = local.Hour(), local.Minute(), local.Second(), local.Nanosecond()
 	if rec.kind == weekly && !rec.at {
@@ -159,14 +164,23 @@ func (s *Schedule) Recurring() bool { return s.rec.kind != once }
 // Next returns the first occurrence that starts after t, and false when there is none.
 func (s *Schedule) Next(t time.Time) (Window, bool) {
 	st, ok := s.nextStart(t)
-	return Window{st, st.Add(s.dur)}, ok
+	return s.window(st), ok
 }
 
 // Last returns the latest occurrence that starts at or before t, and false when there is
 // none (t is before the first one).
 func (s *Schedule) Last(t time.Time) (Window, bool) {
 	st, ok := s.prevStart(t)
-	return Window{st, st.Add(s.dur)}, ok
+	return s.window(st), ok
+}
+
+// window returns the occurrence that starts at st. A one-off event's is its first window,
+// kept exactly: its end − start may exceed what a time.Duration holds.
+func (s *Schedule) window(st time.Time) Window {
+	if s.rec.kind == once {
+		return s.first
+	}
+	return Window{st, st.Add(s.dur)}
 }
 
 // Armed reports whether the event is armed at now: some occurrence w has

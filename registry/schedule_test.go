@@ -332,3 +332,26 @@ func TestArmState(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestVeryLongEvent: an event may last longer than a time.Duration holds (about 292
+// years; "end": "9999-12-31T23:59:59Z" for "until further notice"). A one-off event keeps
+// its end exactly; a recurring one that long is refused rather than cut short in silence.
+func TestVeryLongEvent(t *testing.T) {
+	start, end := "2026-01-01T00:00:00Z", "9999-12-31T23:59:59Z"
+	s := sched(t, start, end, "0s", "", "")
+	at := mustTime(t, "2400-01-01T00:00:00Z")
+	w, ok := s.Armed(at, 0)
+	if !ok || !w.End.Equal(mustTime(t, end)) {
+		t.Errorf("Armed(%v) = %v, ends %v; want armed, ending %s", at, ok, w.End, end)
+	}
+	if w, _ := s.Last(at); !w.End.Equal(mustTime(t, end)) {
+		t.Errorf("Last(%v) ends %v; want %s", at, w.End, end)
+	}
+
+	e := testEvent("e")
+	e.Start, e.End = mustTime(t, start), mustTime(t, end)
+	e.Recurrence, e.Zone = "daily", "UTC"
+	if err := e.Validate(); err == nil || !contains(err.Error(), "292 years") {
+		t.Errorf("daily event lasting 8000 years: error %v; want one saying occurrences last at most 292 years", err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	_ "time/tzdata" // registry events name IANA zones: a host or container without zoneinfo must know them too
 
 	"github.com/spf13/pflag"
 )
