@@ -80,27 +80,26 @@ type NewSource func(sink sampler.Sink) (Source, error)
 
 // Agent is the hotkeyd service. See the package doc.
 type Agent struct {
-	opts     Options
-	det      *detector.Detector
-	tracker  *detector.Tracker // owned by the evaluation loop
-	metrics  *metrics
-	log      *slog.Logger
-	now      func() time.Time
-	udp      *sampler.UDPServer
-	sources  []Source
-	http     *http.Server
-	httpLn   net.Listener
-	view     atomic.Pointer[view]
-	planner  *mitigate.Planner
-	store    *mitigate.Store
-	redis    atomic.Pointer[redisState] // nil until the topology is known
-	toRedis  chan mitigate.Plan         // the newest plan not yet published in Redis
-	index    atomic.Pointer[registry.Index]
-	events   events     // written by the evaluation loop only
-	history  *histories // owned by the evaluation loop; read through view
-	ready    atomic.Bool
-	items    sync.Pool    // *[]detector.Item scratch batches for Accept, so ingest does not allocate
-	lastEval atomic.Int64 // unix nanoseconds of the last evaluation
+	opts    Options
+	det     *detector.Detector
+	tracker *detector.Tracker // owned by the evaluation loop
+	metrics *metrics
+	log     *slog.Logger
+	now     func() time.Time
+	udp     *sampler.UDPServer
+	sources []Source
+	http    *http.Server
+	httpLn  net.Listener
+	view    atomic.Pointer[view]
+	planner *mitigate.Planner
+	store   *mitigate.Store
+	redis   atomic.Pointer[redisState] // nil until the topology is known
+	toRedis chan mitigate.Plan         // the newest plan not yet published in Redis
+	index   atomic.Pointer[registry.Index]
+	events  events     // written by the evaluation loop only
+	history *histories // owned by the evaluation loop; read through view
+	ready   atomic.Bool
+	items   sync.Pool // *[]detector.Item scratch batches for Accept, so ingest does not allocate
 
 	// stopping ends the waits of GET /v1/plan when the agent stops, so that SDK clients
 	// holding one do not keep the HTTP server's shutdown waiting for its time limit.

@@ -424,3 +424,18 @@ func TestShutdownEndsPlanWaits(t *testing.T) {
 		t.Errorf("the shutdown waited for the plan request:\n%s", logs.String())
 	}
 }
+
+// TestKeyHistoryClockStepsBack: the clock steps back a minute. History points are one a
+// second of the agent's running, so they keep coming on the new clock rather than stopping
+// until the clock is back where it was.
+func TestKeyHistoryClockStepsBack(t *testing.T) {
+	a, c, h := newTestAgent(t, Options{History: 10})
+	feed(a, c, "score:match42", 5000, 3*time.Second)
+	c.add(-time.Minute)
+	feed(a, c, "score:match42", 5000, 3*time.Second)
+	k := decode[Key](t, do(t, h, "GET", "/v1/keys/score:match42", ""))
+	want := c.now().Truncate(time.Second) // the second of the last evaluation
+	if last := k.History[len(k.History)-1]; !last.At.Equal(want) {
+		t.Fatalf("last point at %v (%d points); want one at %v", last.At, len(k.History), want)
+	}
+}

@@ -276,9 +276,11 @@ func (a *Agent) unhash(v *view, now time.Time, name string) string {
 }
 
 func (a *Agent) healthz(w http.ResponseWriter, _ *http.Request) {
-	// Alive while the evaluation loop runs: a stalled loop is a stuck agent.
-	if last := a.lastEval.Load(); last != 0 {
-		if lag := a.now().Sub(time.Unix(0, last)); lag > 5*time.Second+10*a.opts.Detector.Tick {
+	// Alive while the evaluation loop runs: a stalled loop is a stuck agent. The view's
+	// time keeps its monotonic reading, so a step of the wall clock neither hides a stall
+	// nor makes one up.
+	if last := a.view.Load().at; !last.IsZero() {
+		if lag := a.now().Sub(last); lag > 5*time.Second+10*a.opts.Detector.Tick {
 			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("evaluation loop: last ran %v ago", lag.Round(time.Millisecond)))
 			return
 		}

@@ -59,11 +59,12 @@ type histories struct {
 
 func newHistories(n int) *histories { return &histories{n: n, keys: map[string][]Point{}} }
 
-// add records a point for each level once a second and forgets keys that are neither
-// ranked nor hot; it returns a copy for the views, the same one until the next second.
+// add records a point for each level once a second (at each new second of the clock, which
+// may have stepped back) and forgets keys that are neither ranked nor hot; it returns a
+// copy for the views, the same one until the next second.
 func (h *histories) add(now time.Time, levels []detector.Level) map[string][]Point {
-	sec := now.Truncate(time.Second)
-	if !sec.After(h.last) && h.view != nil {
+	sec := now.Truncate(time.Second) // wall clock only: a step back must not stop the points
+	if sec.Equal(h.last) && h.view != nil {
 		return h.view
 	}
 	h.last = sec
@@ -155,5 +156,4 @@ func (a *Agent) evaluate() {
 		v.byKey[l.Key.Key] = i
 	}
 	a.view.Store(v)
-	a.lastEval.Store(now.UnixNano())
 }

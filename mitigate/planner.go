@@ -331,6 +331,12 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 				continue
 			}
 		}
+		if m.since.Round(0).After(now.Round(0)) {
+			// The wall clock stepped back past the start: restate the start on the new
+			// clock, keeping its age when now has a monotonic reading, so that Since stays
+			// before Expires in the plan.
+			m.since = now.Add(-max(now.Sub(m.since), 0))
+		}
 		m.refreshNames(p, namer)
 	}
 
@@ -352,7 +358,9 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 		}
 	}
 	changed := !sameEntries(published, p.last.Entries, false) || primaries != p.last.Primaries
-	if len(published) > 0 && (changed || !now.Before(p.expires.Add(-p.lease/2))) {
+	// A lease ending more than a lease from now was made before the clock stepped back:
+	// renew it on the new clock.
+	if len(published) > 0 && (changed || !now.Before(p.expires.Add(-p.lease/2)) || p.expires.After(now.Add(p.lease))) {
 		p.expires = now.Add(p.lease)
 		changed = true
 	}

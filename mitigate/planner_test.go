@@ -1,6 +1,7 @@
 package mitigate
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -553,5 +554,35 @@ func TestPlannerClearPinKeepsCoolDown(t *testing.T) {
 	plan, _ = p.Update(t0.Add(40*time.Second+DefaultCoolDown), nil, namer)
 	if kinds(plan, "k") != "" {
 		t.Errorf("a cool-down after the rules last wanted it: %s; want nothing", kinds(plan, "k"))
+	}
+}
+
+// TestPlannerClockStepsBack: the clock steps back by more than a lease while a mitigation
+// is active. The lease must still be renewed on the new clock, and the plan must still
+// decode at clients: an entry whose Since (on the old clock) is after its Expires (now +
+// lease, on the new clock) fails DecodePlan, so clients would reject every plan until the
+// clock caught up.
+func TestPlannerClockStepsBack(t *testing.T) {
+	p := newPlanner(t, PlannerOptions{})
+	hot := []KeyStats{readHot("a", true)}
+	p.Update(t0, hot, nil)
+	back := t0.Add(10*time.Second - 2*time.Minute) // 10 s later, the clock 2 min back
+	if plan, changed := p.Update(back, hot, nil); !changed {
+		e, _ := plan.Find("a", L1)
+		t.Errorf("at the step: changed false, expires %v; want the lease renewed to %v", e.Expires, back.Add(DefaultLease))
+	}
+	plan, _ := p.Update(back.Add(time.Second), append(hot, readHot("b", true)), nil)
+	plan.Version = 2
+	data, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodePlan(data); err != nil {
+		t.Errorf("DecodePlan after the clock stepped back: %v; want a valid plan", err)
+	}
+	for _, e := range plan.Entries {
+		if e.Since.After(back.Add(time.Second)) {
+			t.Errorf("%s since %v; want no later than now %v", e.Key, e.Since, back.Add(time.Second))
+		}
 	}
 }
