@@ -885,12 +885,7 @@ func TestProxyShutdownPipeline(t *testing.T) {
 }
 
 func testProxyShutdownPipeline(t *testing.T, m drainMode) {
-	srv := redistest.Start(t)
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer direct.Close()
-	if err := direct.Ping(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
+	srv, direct := startDirect(t)
 	base := runtime.NumGoroutine()
 	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient})
 	c := muxDial(t, p.Addr().String())
@@ -963,12 +958,7 @@ func testProxyShutdownPipeline(t *testing.T, m drainMode) {
 // come: it is closed when Shutdown's context ends, without a byte, and Shutdown returns
 // the context's error. An idle client beside it gets end of file at once.
 func TestProxyShutdownDeadline(t *testing.T) {
-	srv := redistest.Start(t)
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer direct.Close()
-	if err := direct.Ping(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
+	srv, direct := startDirect(t)
 	base := runtime.NumGoroutine()
 	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink()})
 	idle := muxDial(t, p.Addr().String())
@@ -1064,4 +1054,17 @@ func TestProxyShutdownIdleClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startDirect starts a Redis and a client of its own, which has answered a PING (so that
+// its goroutines run before a test counts goroutines) and is closed when the test ends.
+func startDirect(t *testing.T) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { direct.Close() })
+	if err := direct.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return srv, direct
 }
