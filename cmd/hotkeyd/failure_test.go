@@ -313,29 +313,12 @@ func TestServeMisconfigured(t *testing.T) {
 	}
 }
 
-// startRedisAt runs redis-server on addr's port until the test ends or it is killed;
-// redistest picks its own ports, and a restart must reuse the same one.
-func startRedisAt(t *testing.T, addr string) *exec.Cmd {
-	t.Helper()
-	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("redis-server: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	eventually(t, "redis-server on "+addr+" to answer", func() bool {
-		out, err := redistest.Command(addr, "", "PING")
-		return err == nil && out == "PONG"
-	})
-	return cmd
-}
-
-// TestProxyUpstreamRestart: Redis behind the proxy tap is killed and started again on
+// TestProxyUpstreamRestart: Redis behind the proxy tap is stopped and started again on
 // the same port. Clients of the tap get errors while it is down and work again after,
 // hotkeyd still running; /metrics counts the failed shared connection.
 func TestProxyUpstreamRestart(t *testing.T) {
 	upstream, proxy, addr := freeAddr(t), freeAddr(t), freeAddr(t)
-	redisProc := startRedisAt(t, upstream)
+	redisSrv := redistest.StartAt(t, upstream)
 	agent := startServe(t, nil, "--http-listen", addr, "--udp-listen", addr,
 		"--proxy-listen", proxy, "--proxy-upstream", upstream)
 	rdb := redis.NewClient(&redis.Options{Addr: proxy, MaxRetries: -1, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second})
@@ -345,12 +328,11 @@ func TestProxyUpstreamRestart(t *testing.T) {
 		t.Fatalf("SET through the tap: %v", err)
 	}
 
-	_ = redisProc.Process.Kill()
-	_ = redisProc.Wait()
+	redisSrv.Stop()
 	if err := rdb.Get(ctx, "k").Err(); err == nil {
 		t.Fatal("GET through the tap with Redis down: nil error; want one")
 	}
-	startRedisAt(t, upstream) // empty: nothing was saved
+	redistest.StartAt(t, upstream) // empty: nothing was saved
 	eventually(t, "the tap to work again after Redis restarted", func() bool {
 		return rdb.Set(ctx, "k", "after", 0).Err() == nil
 	})
@@ -383,7 +365,7 @@ func TestServeUpstreamDownAtStart(t *testing.T) {
 	if !strings.Contains(log, "proxy.upstream does not answer") || !strings.Contains(log, upstream) {
 		t.Errorf("log lacks a warning naming proxy.upstream %s:\n%s", upstream, log)
 	}
-	startRedisAt(t, upstream)
+	redistest.StartAt(t, upstream)
 	rdb := redis.NewClient(&redis.Options{Addr: proxy, MaxRetries: -1, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second})
 	defer rdb.Close()
 	ctx := context.Background()

@@ -89,6 +89,31 @@ func Start(t testing.TB, opts ...Options) *Server {
 	return nil
 }
 
+// StartAt starts a standalone redis-server on addr ("127.0.0.1:port"), for a test that
+// needs a server at an address it chose, or again at the address of one it stopped (a
+// restart: the new server is empty). It waits until the server answers PING and stops it
+// when the test ends.
+func StartAt(t testing.TB, addr string, opts ...Options) *Server {
+	t.Helper()
+	var o Options
+	if len(opts) > 1 {
+		t.Fatalf("redistest: StartAt: got %d Options; want at most 1", len(opts))
+	}
+	if len(opts) == 1 {
+		o = opts[0]
+	}
+	host, p, err := net.SplitHostPort(addr)
+	port, perr := strconv.Atoi(p)
+	if err != nil || perr != nil || host != "127.0.0.1" {
+		t.Fatalf("redistest: StartAt: address %q: want 127.0.0.1:port", addr)
+	}
+	s, err := launch(t, lookPath(t, "redis-server"), port, o.Password, o.Args)
+	if err != nil {
+		t.Fatalf("redistest: start redis-server at %s: %v", addr, err)
+	}
+	return s
+}
+
 // Cluster is a running Redis Cluster of primaries only.
 type Cluster struct {
 	nodes []*Server
