@@ -232,7 +232,7 @@ func (k *Counter) read(ctx context.Context, key string) (int64, error) {
 	c := k.c
 	now := c.now()
 	ix := c.follower.cur.Load()
-	if _, sharded := ix.leased(key, mitigate.ShardedCounter, now); !sharded && ix != nil && ix.keys[key] != nil && ix.keys[key].l1(now) > 0 {
+	if _, sharded := ix.leased(key, mitigate.ShardedCounter, now); !sharded && ix.lookup(key).l1(now) > 0 {
 		s, err := c.rdb.Get(ctx, key).Result()
 		switch {
 		case errors.Is(err, redis.Nil):

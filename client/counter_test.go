@@ -619,3 +619,33 @@ func TestCounterListFails(t *testing.T) {
 		t.Errorf("GET %s: %d, %v; want 5, the Add that could not list its sub-counter", key, v, err)
 	}
 }
+
+// TestCounterGetFromL1: with an L1 entry for the counter and no sharded_counter entry, Get
+// is a GET that the L1 answers: a change made behind the client's back shows only once
+// the cached value has expired, as for any key the plan caches.
+func TestCounterGetFromL1(t *testing.T) {
+	srv := redistest.Start(t)
+	im := impl{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	}}
+	const key = "cached:views"
+	ctx := context.Background()
+	ps := startPlanServer(t)
+	ps.publish(l1Entry(key, time.Minute, 10*time.Minute))
+	_, c := attach(t, im, ps, Options{})
+	waitVersion(t, c, 2)
+	admin := im.new()
+	defer admin.Close()
+	if err := admin.Set(ctx, key, 7, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Counter().Get(ctx, key); err != nil || v != 7 {
+		t.Fatalf("first Get: %d, %v; want 7", v, err)
+	}
+	if err := admin.Set(ctx, key, 9, 0).Err(); err != nil { // not through this client: no invalidation
+		t.Fatal(err)
+	}
+	if v, err := c.Counter().Get(ctx, key); err != nil || v != 7 {
+		t.Errorf("second Get: %d, %v; want 7, the value the L1 holds", v, err)
+	}
+}

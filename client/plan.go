@@ -68,9 +68,10 @@ type leasedEntry struct {
 	until time.Time
 }
 
-// l1 returns the key's L1 TTL, 0 when it has none or its lease ran out.
+// l1 returns the key's L1 TTL, 0 when it has none or its lease ran out (or k is nil: the
+// key has no plan).
 func (k *keyPlan) l1(now time.Time) time.Duration {
-	if k.l1TTL > 0 && now.Before(k.l1Until) {
+	if k != nil && k.l1TTL > 0 && now.Before(k.l1Until) {
 		return k.l1TTL
 	}
 	return 0
@@ -93,10 +94,7 @@ func (k *keyPlan) split(now time.Time) bool {
 // its lease's end. The Counter API reads sharded_counter and batched_counter entries
 // through it.
 func (p *planIndex) leased(key string, kind mitigate.Kind, now time.Time) (leasedEntry, bool) {
-	if p == nil {
-		return leasedEntry{}, false
-	}
-	k := p.keys[key]
+	k := p.lookup(key)
 	if k == nil {
 		return leasedEntry{}, false
 	}
