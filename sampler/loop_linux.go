@@ -48,6 +48,7 @@ type muxLoop struct {
 	in        []byte          // replies read from any
 	noResp3   bool            // Redis refused HELLO 3: no RESP3 pair
 	maxCmd    int64           // the longest command Redis takes (commandLimit)
+	maxKnown  bool            // maxCmd was asked since the loop began or a shared connection last failed
 	clients   map[int]*loopClient
 	throttled bool          // Redis is behind, or draining: clients' commands are not read
 	draining  bool          // Shutdown: owed replies go out, then each client gets a FIN
@@ -160,17 +161,21 @@ func (l *muxLoop) dial(i int) error {
 	if err != nil {
 		return err
 	}
-	maxCmd, err := l.p.commandLimit(conn)
-	if err != nil {
-		// The server closed the connection on CONFIG GET, as twemproxy does on a
-		// command it does not know: Redis's defaults stand, on a new connection.
-		_ = conn.Close()
-		if conn, err = l.p.openShared(i >= upResp3); err != nil {
-			return err
+	if !l.maxKnown {
+		// Asked once per loop, and again after a shared connection failed: Redis may
+		// have restarted with other limits.
+		maxCmd, err := l.p.commandLimit(conn)
+		if err != nil {
+			// The server closed the connection on CONFIG GET, as twemproxy does on a
+			// command it does not know: Redis's defaults stand, on a new connection.
+			_ = conn.Close()
+			if conn, err = l.p.openShared(i >= upResp3); err != nil {
+				return err
+			}
+			maxCmd = min(redisProtoMaxBulkLen, redisClientQueryBufLimit)
 		}
-		maxCmd = min(redisProtoMaxBulkLen, redisClientQueryBufLimit)
+		l.maxCmd, l.maxKnown = maxCmd, true
 	}
-	l.maxCmd = maxCmd
 	fd, err := takeFD(conn)
 	if err != nil {
 		return err
@@ -843,6 +848,7 @@ func (l *muxLoop) upFailed(i int, err error) {
 		return
 	}
 	l.p.stats.sharedFailures.Add(1)
+	l.maxKnown = false // asked again at the redial
 	_ = l.ctl(syscall.EPOLL_CTL_DEL, u.fd, 0)
 	l.failed = append(l.failed, u.fd)
 	u.fd = -1
