@@ -61,13 +61,7 @@ func (s *Server) Dir() string { return s.dir }
 // PING, and stops it when the test ends. With no options it runs without a password.
 func Start(t testing.TB, opts ...Options) *Server {
 	t.Helper()
-	var o Options
-	if len(opts) > 1 {
-		t.Fatalf("redistest: Start: got %d Options; want at most 1", len(opts))
-	}
-	if len(opts) == 1 {
-		o = opts[0]
-	}
+	o := theOptions(t, "Start", opts)
 	bin := lookPath(t, "redis-server")
 	var lastErr error
 	for attempt := 0; attempt < 8; attempt++ {
@@ -95,13 +89,7 @@ func Start(t testing.TB, opts ...Options) *Server {
 // when the test ends.
 func StartAt(t testing.TB, addr string, opts ...Options) *Server {
 	t.Helper()
-	var o Options
-	if len(opts) > 1 {
-		t.Fatalf("redistest: StartAt: got %d Options; want at most 1", len(opts))
-	}
-	if len(opts) == 1 {
-		o = opts[0]
-	}
+	o := theOptions(t, "StartAt", opts)
 	host, p, err := net.SplitHostPort(addr)
 	port, perr := strconv.Atoi(p)
 	if err != nil || perr != nil || host != "127.0.0.1" {
@@ -112,6 +100,19 @@ func StartAt(t testing.TB, addr string, opts ...Options) *Server {
 		t.Fatalf("redistest: start redis-server at %s: %v", addr, err)
 	}
 	return s
+}
+
+// theOptions returns the one Options a helper was given, or the zero value.
+func theOptions(t testing.TB, helper string, opts []Options) Options {
+	t.Helper()
+	switch len(opts) {
+	case 0:
+		return Options{}
+	case 1:
+		return opts[0]
+	}
+	t.Fatalf("redistest: %s: got %d Options; want at most 1", helper, len(opts))
+	return Options{}
 }
 
 // Cluster is a running Redis Cluster of primaries only.
