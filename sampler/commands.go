@@ -16,7 +16,8 @@ type Command struct {
 	// counting from the end (-1 is the last argument); Step the distance between keys.
 	First, Last, Step int
 	// NumKeysAt, when > 0, is the index of an argument that holds the number of keys,
-	// which follow it (EVAL script numkeys key…).
+	// which follow it (EVAL script numkeys key…), in steps of Step when it is above 1
+	// (MSETEX numkeys key value key value…).
 	NumKeysAt int
 	// Streams marks XREAD and XREADGROUP: the keys follow the first STREAMS argument (in
 	// any case) at or after First, and are the first half of the arguments after it, the
@@ -88,10 +89,12 @@ func (c Command) KeysOf(n, numKeys int) (k Keys, dest int, ok bool) {
 		return Keys{}, 0, false
 	}
 	if c.NumKeysAt > 0 {
-		if c.NumKeysAt >= n || numKeys <= 0 || numKeys >= n-c.NumKeysAt { // no overflow
+		step := max(c.Step, 1)
+		if c.NumKeysAt >= n || numKeys <= 0 || numKeys > (n-1-c.NumKeysAt)/step { // no overflow
 			return Keys{}, 0, false
 		}
-		k, ok = Keys{First: c.NumKeysAt + 1, Last: c.NumKeysAt + numKeys, Step: 1}, true
+		first := c.NumKeysAt + 1
+		k, ok = Keys{First: first, Last: first + (numKeys-1)*step, Step: step}, true
 	} else {
 		k, ok = fixedKeys(c.First, c.Last, c.Step, n)
 	}
@@ -225,7 +228,9 @@ var (
 // a value, and MIGRATE, whose keys are at args[3] or after KEYS. A key Redis flags RO
 // (COMMAND GETKEYSANDFLAGS) is read here, one it flags RW, OW or RM written, but for
 // BITFIELD with GET alone and XREADGROUP, taken for writes, and PFCOUNT, taken for a read
-// (commands_redis_test.go).
+// (commands_redis_test.go). Commands newer than the Redis the tests run (7.0: hash field
+// expiry, vector sets, MSETEX, XDELEX, Valkey's DELIFEQ) follow the key specs of their
+// documentation; that test compares them too when run against a Redis that has them.
 var commands = map[string]Command{
 	// strings
 	"GET": one, "MGET": all, "STRLEN": one, "GETRANGE": one, "SUBSTR": one, "GETBIT": one,
@@ -234,7 +239,8 @@ var commands = map[string]Command{
 	"GETEX": wone, "MSET": wr(1, -1, 2), "MSETNX": wr(1, -1, 2), "APPEND": wone,
 	"SETRANGE": wone, "SETBIT": wone, "BITFIELD": wone, "BITOP": into(2, 3, -1),
 	"INCR": counter, "INCRBY": counter, "DECR": counter, "DECRBY": counter,
-	"INCRBYFLOAT": wone, "BITFIELD_RO": one,
+	"INCRBYFLOAT": wone, "BITFIELD_RO": one, "DIGEST": one, "DELEX": wone, "DELIFEQ": wone,
+	"MSETEX": {Op: OpWrite, NumKeysAt: 1, Step: 2}, // MSETEX numkeys key value…
 	// generic
 	"EXISTS": all, "TYPE": one, "TTL": one, "PTTL": one, "EXPIRETIME": one,
 	"PEXPIRETIME": one, "TOUCH": all, "DUMP": one,
@@ -247,7 +253,8 @@ var commands = map[string]Command{
 	"HEXISTS": one, "HSTRLEN": one, "HRANDFIELD": one, "HSCAN": one, "HTTL": one,
 	"HSET": wone, "HSETNX": wone, "HMSET": wone, "HDEL": wone, "HINCRBY": wone,
 	"HINCRBYFLOAT": wone, "HGETDEL": wone, "HGETEX": wone, "HSETEX": wone,
-	"HEXPIRE": wone, "HPERSIST": wone,
+	"HEXPIRE": wone, "HPEXPIRE": wone, "HEXPIREAT": wone, "HPEXPIREAT": wone, "HPERSIST": wone,
+	"HPTTL": one, "HEXPIRETIME": one, "HPEXPIRETIME": one,
 	// lists
 	"LRANGE": one, "LINDEX": one, "LLEN": one, "LPOS": one,
 	"LPUSH": wone, "RPUSH": wone, "LPUSHX": wone, "RPUSHX": wone, "LPOP": wone,
@@ -271,13 +278,17 @@ var commands = map[string]Command{
 	// streams, HyperLogLog, geo
 	"XRANGE": one, "XREVRANGE": one, "XLEN": one, "XADD": wone, "XDEL": wone, "XTRIM": wone,
 	"XPENDING": one, "XINFO": sub, "XACK": wone, "XCLAIM": wone, "XAUTOCLAIM": wone, "XSETID": wone,
-	"XGROUP": wsub, "XREAD": {Op: OpRead, First: 1, Streams: true},
+	"XGROUP": wsub, "XDELEX": wone, "XACKDEL": wone, "XREAD": {Op: OpRead, First: 1, Streams: true},
 	"XREADGROUP": {Op: OpWrite, First: 4, Streams: true}, // it moves the group's cursor
 	// PFCOUNT caches the count it computes in the value, which leaves what the key holds as it
 	// was: a read, which a copy answers alike (commands_redis_test.go)
 	"PFCOUNT": all, "PFADD": wone, "PFMERGE": into(1, 2, -1), "PFDEBUG": wsub,
 	"GEOPOS": one, "GEODIST": one, "GEOHASH": one, "GEOSEARCH": one, "GEORADIUS_RO": one,
 	"GEORADIUSBYMEMBER_RO": one, "GEOADD": wone, "GEOSEARCHSTORE": into(1, 2, 2),
+	// vector sets
+	"VADD": wone, "VREM": wone, "VSETATTR": wone, "VSIM": one, "VCARD": one, "VDIM": one,
+	"VEMB": one, "VGETATTR": one, "VINFO": one, "VLINKS": one, "VRANDMEMBER": one,
+	"VISMEMBER": one, "VRANGE": one,
 	// SORT and GEORADIUS write only with STORE (or STOREDIST), after their options
 	"SORT":              {Op: OpWrite, First: 1, Last: 1, Step: 1, Store: 2},
 	"GEORADIUS":         {Op: OpWrite, First: 1, Last: 1, Step: 1, Store: 6},

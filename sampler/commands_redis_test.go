@@ -30,6 +30,9 @@ var keyVectors = []string{
 	"setbit k 7 1", "bitfield k set u8 0 1", "bitfield k incrby u8 0 1 get u8 0",
 	"bitfield k get u8 0", "bitfield_ro k get u8 0", "bitop and d k1 k2", "bitop not d k1",
 	"incr k", "incrby k 2", "decr k", "decrby k 2", "incrbyfloat k 1.5",
+	// strings, newer than Redis 7.0 (Redis 8.2 and 8.4, Valkey 9)
+	"bitop diff d k1 k2", "msetex 1 k1 v1", "msetex 2 k1 v1 k2 v2 px 100", "delex k",
+	"delex k ifeq v", "delifeq k v", "digest k",
 	// generic
 	"exists k1", "exists k1 k2", "type k", "ttl k", "pttl k", "expiretime k", "pexpiretime k",
 	"touch k1 k2", "dump k", "object encoding k", "object freq k", "object idletime k",
@@ -45,7 +48,9 @@ var keyVectors = []string{
 	"hset h f1 v1 f2 v2", "hsetnx h f v", "hmset h f v", "hdel h f1 f2", "hincrby h f 1",
 	"hincrbyfloat h f 1.5", "httl h fields 1 f", "hexpire h 10 fields 1 f",
 	"hpersist h fields 1 f", "hgetdel h fields 1 f", "hgetex h ex 10 fields 1 f",
-	"hsetex h fields 1 f v",
+	"hsetex h fields 1 f v", "hpexpire h 100 fields 1 f", "hexpireat h 100 fields 1 f",
+	"hpexpireat h 100 fields 1 f", "hpttl h fields 1 f", "hexpiretime h fields 1 f",
+	"hpexpiretime h fields 1 f",
 	// lists
 	"lrange l 0 -1", "lindex l 0", "llen l", "lpos l e rank 1", "lpush l a b", "rpush l a",
 	"lpushx l a", "rpushx l a", "lpop l", "lpop l 2", "rpop l", "lset l 0 v", "lrem l 0 v",
@@ -78,7 +83,11 @@ var keyVectors = []string{
 	"xpending x g - + 10 c", "xsetid x 1-0", "xgroup create x g $ mkstream",
 	"xgroup createconsumer x g c", "xgroup delconsumer x g c", "xgroup destroy x g",
 	"xgroup setid x g 0", "xgroup help", "xinfo stream x full", "xinfo groups x",
-	"xinfo consumers x g", "xinfo help",
+	"xinfo consumers x g", "xinfo help", "xdelex x ids 1 1-0", "xackdel x g acked ids 2 1-0 2-0",
+	// vector sets (Redis 8)
+	"vadd v values 2 1 2 e", "vrem v e", "vsetattr v e {}", "vsim v ele e count 3", "vcard v",
+	"vdim v", "vemb v e", "vgetattr v e", "vinfo v", "vlinks v e withscores",
+	"vrandmember v 2", "vismember v e", "vrange v - + 10",
 	// HyperLogLog, geo
 	"pfcount h1", "pfcount h1 h2", "pfadd h a b", "pfmerge d h1 h2", "pfdebug getreg h",
 	"geopos g m", "geodist g m1 m2", "geohash g m", "geosearch g frommember m byradius 1 km",
