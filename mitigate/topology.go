@@ -473,7 +473,8 @@ type Redirect struct {
 
 // ParseRedirect reads a MOVED or ASK error reply, with or without its leading '-':
 // "MOVED 3999 127.0.0.1:6381", "-ASK 3999 127.0.0.1:6381". It reports false for nil, for
-// other errors, and for a malformed redirect (a slot outside [0, 16383], no port).
+// other errors, and for a malformed redirect (a slot outside [0, 16383], no port or one
+// that is not a number from 1 to 65535).
 func ParseRedirect(err error) (Redirect, bool) {
 	if err == nil {
 		return Redirect{}, false
@@ -486,10 +487,24 @@ func ParseRedirect(err error) (Redirect, bool) {
 	if e != nil || slot < 0 || slot >= SlotCount {
 		return Redirect{}, false
 	}
-	if _, port, e := net.SplitHostPort(f[2]); e != nil || port == "" {
+	if _, port, e := net.SplitHostPort(f[2]); e != nil || !validPort(port) {
 		return Redirect{}, false
 	}
 	return Redirect{Ask: f[0] == "ASK", Slot: slot, Addr: f[2]}, true
+}
+
+// validPort reports whether port is a TCP port number, 1 to 65535, in decimal digits.
+func validPort(port string) bool {
+	if port == "" || port[0] < '1' || port[0] > '9' {
+		return false
+	}
+	for _, c := range port {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n <= 65535
 }
 
 // fetchTable asks the node at addr for the slot table: CLUSTER SHARDS, falling back to
