@@ -157,10 +157,10 @@ func (p *Proxy) sharedFailed(err error) {
 
 func (p *Proxy) sharedFailedLocked(err error) {
 	p.stats.sharedFailures.Add(1)
-	p.muxRetryAt = time.Now().Add(muxRetry)
+	p.muxRetryAt = time.Now().Add(p.muxRetry)
 	p.sharedDown = true
 	p.log.Warn("proxy: cannot open a shared upstream connection; until the retry, each new client gets a connection of its own (which fails too while the upstream is down)",
-		"upstream", p.upstream, "err", err, "retry_in", muxRetry)
+		"upstream", p.upstream, "err", err, "retry_in", p.muxRetry)
 }
 
 // checkShareable opens and closes a connection to Redis: an error when a new connection

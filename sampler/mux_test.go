@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkeyd/hotkeyd/internal/logbuf"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/sampler"
 )
@@ -1201,6 +1203,48 @@ func TestMuxUpstreamKill(t *testing.T) {
 				z.expect(t, "+PONG\r\n", "PING")
 			})
 		})
+	}
+}
+
+// TestMuxUpstreamBack: with Redis down, a new client's shared connection fails and the
+// proxy warns; once Redis is back and the retry has passed, a new client shares a
+// connection again, and the proxy says so.
+func TestMuxUpstreamBack(t *testing.T) {
+	srv := redistest.Start(t)
+	upstream := srv.Addr()
+	srv.Stop()
+	var logs logbuf.Buffer
+	p := startProxy(t, sampler.ProxyOptions{
+		Upstream: upstream, Sink: newRecordSink(), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	sampler.SetSharedRetry(p, 50*time.Millisecond)
+	addr := p.Addr().String()
+
+	c, err := muxDialErr(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(c, muxCmd("PING"))
+	if got, err := muxReadReply(c.r); err == nil {
+		t.Fatalf("PING with Redis down: got %q; want the connection closed", got)
+	}
+	c.Close()
+	if !strings.Contains(logs.String(), "cannot open a shared upstream connection") {
+		t.Fatalf("logs:\n%s\nwant a warning that the shared connection failed", logs.String())
+	}
+	if strings.Contains(logs.String(), "answers again") {
+		t.Fatalf("logs:\n%s\nsay the upstream answers while it is down", logs.String())
+	}
+
+	redistest.StartAt(t, upstream)
+	time.Sleep(100 * time.Millisecond) // past the retry
+	z := muxDial(t, addr)
+	z.expect(t, "+PONG\r\n", "PING")
+	if !strings.Contains(logs.String(), "upstream answers again") {
+		t.Errorf("logs:\n%s\nwant a line saying the upstream answers again", logs.String())
+	}
+	if got := p.Stats().SharedFailures; got < 1 {
+		t.Errorf("SharedFailures %d; want at least 1", got)
 	}
 }
 

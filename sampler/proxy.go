@@ -173,11 +173,12 @@ type Proxy struct {
 	multiplex  bool
 	sched      SchedPolicy
 	schedEvery time.Duration
-	muxMu      sync.Mutex // guards loop, muxRetryAt and sharedDown
-	loop       *muxLoop   // the shared upstream connection's event loop, or nil
-	muxRetryAt time.Time  // no shared connection before then
-	sharedDown bool       // sharing failed and has not worked since: log when it does
-	probes     probeGate  // new clients' checks that Redis wants no AUTH
+	muxMu      sync.Mutex    // guards loop, muxRetryAt, muxRetry and sharedDown
+	loop       *muxLoop      // the shared upstream connection's event loop, or nil
+	muxRetryAt time.Time     // no shared connection before then
+	muxRetry   time.Duration // the wait after a shared connection failed: muxRetry, or a test's
+	sharedDown bool          // sharing failed and has not worked since: log when it does
+	probes     probeGate     // new clients' checks that Redis wants no AUTH
 
 	ctx          context.Context // cancelled once the connections are gone or forced closed; bounds dials
 	cancel       context.CancelFunc
@@ -306,6 +307,7 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 		multiplex:  !o.ConnPerClient,
 		sched:      o.SchedPolicy,
 		schedEvery: defaults.Or(o.SchedInterval, DefaultProxySchedInterval),
+		muxRetry:   muxRetry,
 		conns:      make(map[*proxyConn]struct{}),
 		stop:       make(chan struct{}),
 		drainStart: make(chan struct{}),
