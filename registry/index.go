@@ -153,13 +153,17 @@ func (x *Index) armed(en *entry, now time.Time) *armState {
 	return &st
 }
 
-// Arming is an armed event and the occurrence it is armed for.
+// Arming is an armed event and the occurrence it is armed for: the one running or
+// cooling (the latest to start, when windows overlap) or, when none is, the next one to
+// start (see Schedule.Armed).
 type Arming struct {
 	// Event is the event; treat its slices as read-only.
 	Event Event
 	// Window is the occurrence: Start and End.
 	Window Window
-	// From and Until bound the arming: Window.Start − lead and Window.End + cool-down.
+	// From and Until bound the occurrence's arming: Window.Start − lead and
+	// Window.End + cool-down. The event may be armed beyond them for the occurrences
+	// before and after it, when arming windows overlap.
 	From, Until time.Time
 }
 

@@ -194,3 +194,110 @@ func TestIndexMatchEmptyKey(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexArmingBoundaries walks one Index (and its cached armed states) and a Tracker
+// forward across the boundaries of a daily event whose lead (23h) arms the next occurrence
+// while the current one runs, beside one with a short lead (15m). At each boundary, and
+// 1ns before it, it checks Armed, Match, the cached span and the report, then walks back.
+func TestIndexArmingBoundaries(t *testing.T) {
+	long, short := testEvent("long"), testEvent("short")
+	for i, e := range []*Event{&long, &short} {
+		e.Start = time.Date(2026, 3, 1, 19, 30, 0, 0, time.UTC)
+		e.End = e.Start.Add(2 * time.Hour)
+		e.Recurrence, e.Zone = "daily", "UTC"
+		e.Patterns = []string{"score:" + e.ID}
+		e.Lead = Duration([]time.Duration{23 * time.Hour, 15 * time.Minute}[i])
+	}
+	const cd = 10 * time.Minute
+	x := newIndex(t, []Event{long, short}, cd)
+	tr, _ := NewTracker(TrackerOptions{})
+	s := long.Start.Add(24 * time.Hour) // the occurrence walked across; the previous one starts a day earlier
+	day := 24 * time.Hour
+
+	// want is an event's expected state: its report's state and occurrence (relative to
+	// s); armed follows from the state.
+	type want struct {
+		state string
+		occ   time.Duration
+	}
+	steps := []struct {
+		name        string
+		at          time.Duration // from s
+		long, short want
+	}{
+		{"previous running", -22*time.Hour - time.Minute, want{"running", -day}, want{"running", -day}},
+		{"previous end", -22 * time.Hour, want{"cooling", -day}, want{"cooling", -day}},
+		{"previous cool-down end", -22*time.Hour + cd, want{"armed", 0}, want{"over", -day}},
+		{"start − short lead", -15 * time.Minute, want{"armed", 0}, want{"armed", 0}},
+		{"start", 0, want{"running", 0}, want{"running", 0}},
+		{"next start − long lead", time.Hour, want{"running", 0}, want{"running", 0}},
+		{"end", 2 * time.Hour, want{"cooling", 0}, want{"cooling", 0}},
+		{"cool-down end", 2*time.Hour + cd, want{"armed", day}, want{"over", 0}},
+		{"next start − short lead", day - 15*time.Minute, want{"armed", day}, want{"armed", day}},
+		{"next start", day, want{"running", day}, want{"running", day}},
+	}
+
+	leads := map[string]time.Duration{"long": time.Duration(long.Lead), "short": time.Duration(short.Lead)}
+	rate := 1e6 // falls at each tick: an occurrence's peak is its first tick's rate
+	firstRate := map[string]float64{}
+	lastOcc := map[string]time.Time{}
+	check := func(name string, at time.Time, w map[string]want, walkBack bool) {
+		t.Helper()
+		var obs []Observation
+		for _, id := range []string{"long", "short"} {
+			obs = append(obs, Observation{Key: "score:" + id, ReadRate: rate})
+		}
+		if !walkBack {
+			tr.Observe(at, x, obs)
+		}
+		arm := x.Armed(at)
+		for _, id := range []string{"long", "short"} {
+			ww := w[id]
+			occ := s.Add(ww.occ)
+			armed := ww.state != "over"
+			var got *Arming
+			for i := range arm {
+				if arm[i].Event.ID == id {
+					got = &arm[i]
+				}
+			}
+			if armed != (got != nil) || (got != nil && (!got.Window.Start.Equal(occ) ||
+				!got.From.Equal(occ.Add(-leads[id])) || !got.Until.Equal(occ.Add(2*time.Hour+cd)))) {
+				t.Errorf("%s (%v): Armed lists %s as %+v; want armed %v for the occurrence of %v", name, at, id, got, armed, occ)
+			}
+			if m := x.Match("score:"+id, at, nil); armed != slices.Equal(m, []string{id}) {
+				t.Errorf("%s (%v): Match(score:%s) = %q; want armed %v", name, at, id, m, armed)
+			}
+			en := x.entries[x.byID[id]]
+			st := en.state.Load()
+			fresh := en.c.sched.state(at, cd)
+			if st == nil || at.Before(st.from) || !at.Before(st.until) || st.armed != fresh.armed || !st.w.Start.Equal(fresh.w.Start) {
+				t.Errorf("%s (%v): %s's cached state %+v; want one holding at %v like %+v", name, at, id, st, at, fresh)
+			}
+			if walkBack {
+				continue
+			}
+			if armed && !lastOcc[id].Equal(occ) {
+				firstRate[id], lastOcc[id] = rate, occ
+			}
+			r, ok := tr.Report(id, at)
+			if !ok || r.State != ww.state || !r.Occurrence.Start.Equal(occ) || r.ObservedPeakReadRate != firstRate[id] {
+				t.Errorf("%s (%v): %s's report %s for %v, peak %v; want %s for %v, peak %v",
+					name, at, id, r.State, r.Occurrence.Start, r.ObservedPeakReadRate, ww.state, occ, firstRate[id])
+			}
+		}
+		rate--
+	}
+	for i, st := range steps {
+		at := s.Add(st.at)
+		if i > 0 {
+			prev := steps[i-1]
+			check(st.name+" − 1ns", at.Add(-time.Nanosecond), map[string]want{"long": prev.long, "short": prev.short}, false)
+		}
+		check(st.name, at, map[string]want{"long": st.long, "short": st.short}, false)
+	}
+	for i := len(steps) - 1; i >= 0; i-- {
+		st := steps[i]
+		check(st.name+", walking back", s.Add(st.at), map[string]want{"long": st.long, "short": st.short}, true)
+	}
+}

@@ -184,14 +184,14 @@ func (s *Schedule) window(st time.Time) Window {
 }
 
 // Armed reports whether the event is armed at now: some occurrence w has
-// w.Start − lead ≤ now < w.End + coolDown. It returns that occurrence (the latest one,
-// when windows overlap).
+// w.Start − lead ≤ now < w.End + coolDown. It returns the occurrence it is armed for:
+// the one running or cooling at now (the latest to start, when windows overlap) or, when
+// none is, the next one to start. A lead longer than the gap between occurrences arms the
+// next one while the current one runs; the current one is still returned until its
+// cool-down ends.
 func (s *Schedule) Armed(now time.Time, coolDown time.Duration) (Window, bool) {
-	w, ok := s.Last(now.Add(s.lead))
-	if !ok || !now.Before(w.End.Add(coolDown)) {
-		return Window{}, false
-	}
-	return w, true
+	st := s.state(now, coolDown)
+	return st.w, st.armed
 }
 
 // armState is the armed state of a schedule over a span of time [from, until) in which
@@ -209,26 +209,55 @@ var (
 )
 
 // state returns the armed state at now and the span around now in which it holds.
+//
+// Occurrences end in the order they start (they all last end − start), so when the
+// latest one to start at or before now (cur) has cooled down, so have all before it; the
+// event is then armed only for occurrences yet to start, the first of which (next) is
+// the one reported.
 func (s *Schedule) state(now time.Time, coolDown time.Duration) armState {
 	st := armState{from: beginning, until: forever}
-	w, ok := s.Last(now.Add(s.lead))
-	if ok {
-		st.from = w.Start.Add(-s.lead)
+	next, hasNext := s.Next(now)
+	if hasNext {
+		st.until = next.Start
 	}
-	if n, ok := s.Next(now.Add(s.lead)); ok {
-		st.until = n.Start.Add(-s.lead)
-	}
-	if ok && now.Before(w.End.Add(coolDown)) {
-		st.armed, st.w = true, w
-		if end := w.End.Add(coolDown); end.Before(st.until) {
-			st.until = end
+	cur, hasCur := s.Last(now)
+	if hasCur {
+		st.from = cur.Start
+		end := cur.End.Add(coolDown)
+		if now.Before(end) {
+			// Running or cooling: until the cool-down ends or the next one starts.
+			st.armed, st.w = true, cur
+			st.until = minTime(st.until, end)
+			return st
 		}
+		st.from = maxTime(st.from, end)
+	}
+	if !hasNext {
 		return st
 	}
-	if ok {
-		st.from = w.End.Add(coolDown)
+	if arm := next.Start.Add(-s.lead); now.Before(arm) {
+		st.until = arm
+	} else {
+		st.armed, st.w = true, next
+		st.from = maxTime(st.from, arm)
 	}
 	return st
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// maxTime returns the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // nextStart returns the first occurrence start after t.

@@ -355,3 +355,90 @@ func TestVeryLongEvent(t *testing.T) {
 		t.Errorf("daily event lasting 8000 years: error %v; want one saying occurrences last at most 292 years", err)
 	}
 }
+
+// armedByDefinition is the occurrence an event is armed for at now, found by scanning
+// occ (every occurrence, by start): the latest one running or cooling, or else the
+// soonest one in its lead.
+func armedByDefinition(occ []Window, lead, cd time.Duration, now time.Time) (Window, bool) {
+	var cur, next Window
+	hasCur, hasNext := false, false
+	for _, w := range occ {
+		if !w.Start.After(now) && now.Before(w.End.Add(cd)) {
+			cur, hasCur = w, true
+		}
+		if w.Start.After(now) && !now.Before(w.Start.Add(-lead)) && !hasNext {
+			next, hasNext = w, true
+		}
+	}
+	if hasCur {
+		return cur, true
+	}
+	return next, hasNext
+}
+
+// TestArmedPicksRunningOccurrence: when arming windows overlap (a lead longer than the
+// gap between occurrences), Armed and the cached state report the occurrence running or
+// cooling, and the next one only once that has cooled down. Checked against a scan of
+// the occurrences at every boundary (± 1ns) and every 13 minutes over ten days.
+func TestArmedPicksRunningOccurrence(t *testing.T) {
+	week := 7 * 24 * time.Hour
+	cases := []struct {
+		name                        string
+		start, end, lead, rec, zone string
+		cd                          time.Duration
+	}{
+		{"weekly, lead a week", "2026-03-01T19:30:00+01:00", "2026-03-01T21:30:00+01:00", "168h", "weekly", "Europe/Madrid", time.Minute},
+		{"daily, lead 23h", "2026-03-01T19:30:00Z", "2026-03-01T21:30:00Z", "23h", "daily", "UTC", 10 * time.Minute},
+		{"daily, lead a week", "2026-03-01T19:30:00Z", "2026-03-01T21:30:00Z", "168h", "daily", "UTC", 5 * time.Minute},
+		{"daily, 30h windows", "2026-03-01T00:00:00Z", "2026-03-02T06:00:00Z", "1h", "daily", "UTC", 0},
+		{"cron, short lead", "2026-03-27T19:30:00+01:00", "2026-03-27T21:30:00+01:00", "45m", "cron:30 19 * * 5,6", "Europe/Madrid", 10 * time.Minute},
+		{"once", "2026-03-01T19:30:00+01:00", "2026-03-01T21:30:00+01:00", "168h", "", "", time.Minute},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := sched(t, c.start, c.end, c.lead, c.rec, c.zone)
+			first := s.First()
+			horizon := first.Start.Add(10 * 24 * time.Hour)
+			occ := []Window{first}
+			for w := first; w.Start.Before(horizon.Add(2 * week)); {
+				var ok bool
+				if w, ok = s.Next(w.Start); !ok {
+					break
+				}
+				occ = append(occ, w)
+			}
+			var times []time.Time
+			for _, w := range occ {
+				for _, b := range []time.Time{w.Start.Add(-s.Lead()), w.Start, w.End, w.End.Add(c.cd)} {
+					times = append(times, b.Add(-time.Nanosecond), b, b.Add(time.Nanosecond))
+				}
+			}
+			for at := first.Start.Add(-8 * 24 * time.Hour); at.Before(horizon); at = at.Add(13 * time.Minute) {
+				times = append(times, at)
+			}
+			for _, at := range times {
+				if !at.Before(horizon) {
+					continue
+				}
+				want, wantOK := armedByDefinition(occ, s.Lead(), c.cd, at)
+				w, ok := s.Armed(at, c.cd)
+				if ok != wantOK || (ok && !w.Start.Equal(want.Start)) {
+					t.Fatalf("Armed(%v) = %v, %v; want %v, %v", at, w.Start, ok, want.Start, wantOK)
+				}
+				st := s.state(at, c.cd)
+				if st.armed != ok || (ok && !st.w.Start.Equal(w.Start)) || at.Before(st.from) || !at.Before(st.until) {
+					t.Fatalf("state(%v) = %+v; Armed says %v %v", at, st, ok, w.Start)
+				}
+				for _, edge := range []time.Time{st.from, st.until.Add(-time.Nanosecond)} {
+					if edge.Equal(beginning) || edge.Equal(forever.Add(-time.Nanosecond)) {
+						continue
+					}
+					if ew, eok := armedByDefinition(occ, s.Lead(), c.cd, edge); eok != st.armed || (eok && !ew.Start.Equal(st.w.Start)) {
+						t.Fatalf("state(%v) holds %v %v over [%v, %v), but at %v the event is armed %v for %v",
+							at, st.armed, st.w.Start, st.from, st.until, edge, eok, ew.Start)
+					}
+				}
+			}
+		})
+	}
+}

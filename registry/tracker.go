@@ -34,7 +34,7 @@ type Tracker struct {
 	maxHot, maxSurprises int
 
 	mu         sync.Mutex             // guards every field below
-	occ        map[string]*occurrence // by event id: its latest armed occurrence
+	occ        map[string]*occurrence // by event id: the occurrence it was last armed for
 	surprising map[string]bool        // keys hot and unpredicted at the last Observe
 	surprises  uint64                 // surprises counted since the start
 	recent     []Surprise             // the latest surprises, oldest first
@@ -65,14 +65,17 @@ type occurrence struct {
 	hotIdx map[string]int // key → index in r.HotKeys
 }
 
-// Report is prediction against reality for an event's latest armed occurrence.
+// Report is prediction against reality for the occurrence an event was last armed for
+// (Arming.Window: the one running or cooling, or else the next one to start).
 type Report struct {
 	ID string `json:"id"`
 	// State at the time asked: "armed" (in the lead, before start), "running" (between
 	// start and end), "cooling" (after end, in the cool-down) or "over".
 	State string `json:"state"`
 	// Occurrence is the window reported on; ArmedFrom and ArmedUntil extend it by the
-	// lead and the cool-down. Observations count from ArmedFrom to ArmedUntil.
+	// lead and the cool-down. Observations count from ArmedFrom to ArmedUntil, while the
+	// event is armed for this occurrence: when arming windows overlap, from the previous
+	// occurrence's end + cool-down (if later) until the next one starts (if earlier).
 	Occurrence Window    `json:"occurrence"`
 	ArmedFrom  time.Time `json:"armed_from"`
 	ArmedUntil time.Time `json:"armed_until"`
@@ -219,8 +222,8 @@ func (t *Tracker) record(o *occurrence, ob Observation, now time.Time) {
 	}
 }
 
-// Report returns the report on the event's latest armed occurrence, with its state at
-// now, and false when the event has not been armed since the tracker started.
+// Report returns the report on the occurrence the event was last armed for, with its
+// state at now, and false when the event has not been armed since the tracker started.
 func (t *Tracker) Report(id string, now time.Time) (Report, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

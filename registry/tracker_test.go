@@ -121,3 +121,52 @@ func TestTrackerEventExtended(t *testing.T) {
 		t.Errorf("hot keys %d after the extension; want 1 (same occurrence, same record)", r.HotKeysTotal)
 	}
 }
+
+// TestTrackerLongLead: a weekly event armed a whole week ahead (lead 168h) is armed at
+// every moment, for two occurrences while one runs. The report must follow the match that
+// is running now, and move to next week's only once this one has cooled down.
+func TestTrackerLongLead(t *testing.T) {
+	ev := testEvent("derby")
+	ev.Lead, ev.Recurrence, ev.Zone = Duration(7*24*time.Hour), "weekly", "Europe/Madrid"
+	start, end, next := ev.Start, ev.End, ev.Start.Add(7*24*time.Hour)
+	x := newIndex(t, []Event{ev}, time.Minute)
+	tr, _ := NewTracker(TrackerOptions{})
+	obs := func(rate float64, hot bool) []Observation {
+		return []Observation{{Key: "score:match42", ReadRate: rate, Hot: hot}}
+	}
+	check := func(at time.Time, state string, occ time.Time, peak float64, hot int) {
+		t.Helper()
+		r, ok := tr.Report("derby", at)
+		if !ok {
+			t.Fatalf("at %v: no report; want one", at)
+		}
+		if r.State != state || !r.Occurrence.Start.Equal(occ) || r.ObservedPeakReadRate != peak || r.HotKeysTotal != hot {
+			t.Errorf("at %v: report %s for the occurrence of %v, peak %v, %d hot keys; want %s for %v, peak %v, %d hot keys",
+				at, r.State, r.Occurrence.Start, r.ObservedPeakReadRate, r.HotKeysTotal, state, occ, peak, hot)
+		}
+	}
+
+	tr.Observe(start.Add(-time.Hour), x, obs(100, false))
+	check(start.Add(-time.Hour), "armed", start, 100, 0)
+	at := start.Add(10 * time.Minute)
+	tr.Observe(at, x, obs(60000, true))
+	check(at, "running", start, 60000, 1)
+	if r, _ := tr.Report("derby", at); r.ReadRatio == nil || *r.ReadRatio != 1.2 {
+		t.Errorf("at start+10m: read ratio %v; want 1.2 (observed 60000 against 50000 expected)", r.ReadRatio)
+	}
+	if arm := x.Armed(at); len(arm) != 1 || !arm[0].Window.Start.Equal(start) {
+		t.Errorf("Armed(start+10m) = %+v; want derby armed for the running occurrence of %v", arm, start)
+	}
+	at = end.Add(30 * time.Second)
+	tr.Observe(at, x, obs(20000, true))
+	check(at, "cooling", start, 60000, 1)
+	at = end.Add(time.Minute) // cool-down over: next week's occurrence, armed since start
+	tr.Observe(at, x, obs(10, false))
+	check(at, "armed", next, 10, 0)
+	if r, _ := tr.Report("derby", at); !r.ArmedFrom.Equal(start) || !r.ArmedUntil.Equal(next.Add(2*time.Hour+time.Minute)) {
+		t.Errorf("next occurrence armed %v–%v; want %v–%v", r.ArmedFrom, r.ArmedUntil, start, next.Add(2*time.Hour+time.Minute))
+	}
+	at = next.Add(time.Minute)
+	tr.Observe(at, x, obs(55000, true))
+	check(at, "running", next, 55000, 1)
+}
