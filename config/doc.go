@@ -23,6 +23,10 @@
 //
 // An empty variable counts as set for strings and lists, so HOTKEYD_UDP_LISTEN= turns UDP
 // off, and as unset for numbers, booleans and durations.
+// A HOTKEYD_ variable of the process environment that names no key (HOTKEYD_AUTH_TOKN) is
+// an error naming it and the nearest known variable. HOTKEYD_CONFIG names the file, and
+// the variables Kubernetes sets for a Service named hotkeyd (HOTKEYD_SERVICE_HOST,
+// HOTKEYD_PORT, HOTKEYD_PORT_9736_TCP_ADDR, …) are let through.
 //
 // The file is strict: an unknown key (a typo), a key set twice or a value of the wrong
 // kind is an error naming the file, the line and the key, with the nearest known key as a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/go-viper/mapstructure/v2"
@@ -18,8 +19,9 @@ type LoadOptions struct {
 	// File is the YAML file to read. Empty means: the value of --config when that flag was
 	// set, else $HOTKEYD_CONFIG when set, else no file.
 	File string
-	// Env looks up an environment variable. Default (nil) is os.LookupEnv; tests pass a
-	// map lookup so that they do not touch the process environment.
+	// Env looks up an environment variable. Default (nil) is os.LookupEnv, and then a
+	// HOTKEYD_ variable that names no key (a typo) is an error, as an unknown key in the
+	// file is; tests pass a map lookup so that they do not touch the process environment.
 	Env func(name string) (value string, ok bool)
 	// Flags holds the flags registered by RegisterFlags, after parsing. Only flags the
 	// user set override other sources. Default (nil): no flags.
@@ -61,6 +63,11 @@ func load(opts LoadOptions, readFile func(string) ([]byte, error)) (Config, erro
 		}
 	}
 
+	if opts.Env == nil {
+		if err := unknownEnv(os.Environ()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	env, err := parseEnv(lookup)
 	if err != nil {
 		errs = append(errs, err)
@@ -144,6 +151,52 @@ func parseEnv(lookup func(string) (string, bool)) (map[string]any, error) {
 		out[f.key] = val
 	}
 	return out, errors.Join(errs...)
+}
+
+// unknownEnv reports every HOTKEYD_ variable of environ (NAME=VALUE strings) that is
+// neither a key's variable nor HOTKEYD_CONFIG, with the nearest known name as a hint. The
+// value is never shown: it may be a token.
+func unknownEnv(environ []string) error {
+	known := []string{envConfig}
+	for _, f := range fields() {
+		known = append(known, f.env)
+	}
+	suffixes := make([]string, len(known)) // the names without HOTKEYD_, for the hint
+	for i, k := range known {
+		suffixes[i] = strings.TrimPrefix(k, envPrefix)
+	}
+	var errs []error
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix) || slices.Contains(known, name) || serviceLink(name) {
+			continue
+		}
+		hint := "each key's variable is HOTKEYD_ and its path in upper case with dots as underscores (config/example.yaml)"
+		if c := closest(strings.TrimPrefix(name, envPrefix), suffixes); c != "" {
+			hint = "did you mean " + envPrefix + c + "?"
+		}
+		errs = append(errs, fmt.Errorf("environment %s: not a hotkeyd setting; %s", name, hint))
+	}
+	return errors.Join(errs...)
+}
+
+// serviceLink reports whether name is one of the variables Kubernetes sets in every pod
+// for a Service named hotkeyd in its namespace: HOTKEYD_SERVICE_HOST,
+// HOTKEYD_SERVICE_PORT[_NAME], HOTKEYD_PORT and HOTKEYD_PORT_<port>_<TCP|UDP|SCTP>
+// [_PROTO|_PORT|_ADDR]. No key's variable has these forms.
+func serviceLink(name string) bool {
+	rest := strings.TrimPrefix(name, envPrefix)
+	if rest == "SERVICE_HOST" || rest == "SERVICE_PORT" || strings.HasPrefix(rest, "SERVICE_PORT_") || rest == "PORT" {
+		return true
+	}
+	f := strings.Split(rest, "_")
+	if len(f) < 3 || len(f) > 4 || f[0] != "PORT" || f[1] == "" || strings.Trim(f[1], "0123456789") != "" {
+		return false
+	}
+	if f[2] != "TCP" && f[2] != "UDP" && f[2] != "SCTP" {
+		return false
+	}
+	return len(f) == 3 || f[3] == "PROTO" || f[3] == "PORT" || f[3] == "ADDR"
 }
 
 // normalize gives equal configurations one form: empty lists are nil, addresses trimmed.

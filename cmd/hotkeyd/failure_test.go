@@ -282,6 +282,8 @@ func TestServeMisconfigured(t *testing.T) {
 		{"bad environment value", []string{"HOTKEYD_DETECTOR_WIDTH=abc"}, ephemeral, []string{"HOTKEYD_DETECTOR_WIDTH", `"abc"`}},
 		{"config file missing", nil, append(ephemeral, "--config", filepath.Join(dir, "nope.yaml")), []string{"config", "nope.yaml"}},
 		{"config file a directory", nil, append(ephemeral, "--config", dir), []string{"config", dir}},
+		{"config file without --config", nil, append(ephemeral, filepath.Join(dir, "hotkeyd.yaml")), []string{"--config " + filepath.Join(dir, "hotkeyd.yaml")}},
+		{"misspelt environment variable", []string{"HOTKEYD_AUTH_TOKN=s3cret"}, ephemeral, []string{"HOTKEYD_AUTH_TOKN", "HOTKEYD_AUTH_TOKEN"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

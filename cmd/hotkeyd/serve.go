@@ -26,6 +26,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		// Most often a config file given without its flag; running on the defaults
+		// instead would hide that.
+		return fmt.Errorf("serve takes no arguments, got %q; to read a config file use --config %s", fs.Args(), fs.Arg(0))
+	}
 	cfg, err := config.Load(config.LoadOptions{Flags: fs})
 	if err != nil {
 		return err
