@@ -72,7 +72,8 @@ func (a *Agent) connectRedis(ctx context.Context) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				if err := st.exec.Run(ctx); err != nil {
+				// Run ends with ctx's error when the agent stops: that is no fault.
+				if err := st.exec.Run(ctx); err != nil && ctx.Err() == nil {
 					a.log.Warn("mitigation executor stopped", "err", err)
 				}
 			}()
@@ -340,8 +341,11 @@ func (a *Agent) applyOverride(req overrideRequest) error {
 		return errors.New("key: empty; name the key to override")
 	}
 	kind := mitigate.Kind(req.Kind)
-	if !isKind(kind) || kind == mitigate.Report {
-		return fmt.Errorf("kind: %q is not allowed; use l1, copies, sharded_counter or batched_counter", req.Kind)
+	switch {
+	case !isKind(kind):
+		return fmt.Errorf("kind: %q is not allowed; use l1, copies, sharded_counter or batched_counter (or report, to forbid: it hides the key's reports)", req.Kind)
+	case kind == mitigate.Report && req.Action == mitigate.ActionPin:
+		return fmt.Errorf("kind: %q cannot be pinned; pin l1, copies, sharded_counter or batched_counter, or forbid report to hide the key's reports", req.Kind)
 	}
 	switch req.Action {
 	case mitigate.ActionPin:

@@ -234,3 +234,22 @@ func TestPlanOnCluster(t *testing.T) {
 			strings.Contains(string(b), `hotkeyd_mitigations{kind="copies",mode="enforce"} 1`)
 	})
 }
+
+// TestOverridesForbidReport: docs/plan.md: "Forbidding `report` hides the key's reports";
+// the planner takes it, so the API must too. A pin of report (no mitigation to apply)
+// stays refused, with what is allowed.
+func TestOverridesForbidReport(t *testing.T) {
+	_, _, h := newTestAgent(t, Options{})
+	w := do(t, h, "POST", "/v1/plan/overrides", `{"key":"ctr","kind":"report","action":"forbid"}`)
+	if w.Code != http.StatusCreated {
+		t.Fatalf("POST forbid report: %d %s; want 201", w.Code, w.Body)
+	}
+	got := decode[map[string][]mitigate.Override](t, do(t, h, "GET", "/v1/plan/overrides", ""))
+	if o := got["overrides"]; len(o) != 1 || o[0].Kind != mitigate.Report || o[0].Action != mitigate.ActionForbid {
+		t.Errorf("overrides %+v; want the forbid of report", o)
+	}
+	w = do(t, h, "POST", "/v1/plan/overrides", `{"key":"ctr","kind":"report","action":"pin"}`)
+	if e := decode[map[string]string](t, w); w.Code != 400 || !strings.Contains(e["error"], "l1, copies, sharded_counter or batched_counter") {
+		t.Errorf("POST pin report: %d %q; want 400 naming the kinds a pin takes", w.Code, e["error"])
+	}
+}
