@@ -91,6 +91,7 @@ type (
 			ConfigMap struct {
 				Name string `yaml:"name"`
 			} `yaml:"configMap"`
+			EmptyDir *struct{} `yaml:"emptyDir"`
 		} `yaml:"volumes"`
 	}
 	container struct {
@@ -287,6 +288,23 @@ func TestKubernetesSidecar(t *testing.T) {
 	if _, ok := byKind["NetworkPolicy"]; !ok {
 		t.Error("no NetworkPolicy guarding the agent's port")
 	}
+
+	// The registry file is written (when Redis is unreachable at start it is the store of
+	// POST /v1/registry): with a read-only root file system it must lie on a writable
+	// volume, or be "" (memory only).
+	if f := c.Registry.File; f != "" {
+		writable := false
+		for _, vm := range hk.VolumeMounts {
+			for _, v := range pod.Volumes {
+				if v.Name == vm.Name && v.EmptyDir != nil && filepath.IsAbs(f) && filepath.Dir(f) == vm.MountPath {
+					writable = true
+				}
+			}
+		}
+		if !writable {
+			t.Errorf("registry.file %q: not on a writable volume (readOnlyRootFilesystem); mount an emptyDir at its directory or set it to \"\"", f)
+		}
+	}
 }
 
 func mib(t *testing.T, q string) int {
@@ -342,6 +360,13 @@ func TestSystemdUnit(t *testing.T) {
 		if got := svc[k]; len(got) != 1 || got[0] != want {
 			t.Errorf("[Service] %s=%q; want %q", k, got, want)
 		}
+	}
+	// ProtectSystem=strict makes every path read-only but the unit's StateDirectory
+	// (/var/lib/NAME): the registry file of deploy/hotkeyd.yaml, which POST /v1/registry
+	// writes, must lie there.
+	c := loadConfig(t, "hotkeyd.yaml", nil)
+	if sd := svc["StateDirectory"]; c.Registry.File != "" && (len(sd) != 1 || filepath.Dir(c.Registry.File) != "/var/lib/"+sd[0]) {
+		t.Errorf("registry.file %q with StateDirectory=%q: the file is not writable under ProtectSystem=strict; want it in /var/lib/<StateDirectory>", c.Registry.File, sd)
 	}
 	if got := u["Install"]["WantedBy"]; len(got) != 1 || got[0] != "multi-user.target" {
 		t.Errorf("[Install] WantedBy=%q; want multi-user.target", got)
