@@ -43,6 +43,10 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxSamplesPerReport bounds the samples of one report. Default: 10,000.
 	MaxSamplesPerReport int
+	// BodyTimeout bounds how long a request with a body (POST, PUT, DELETE) may take to
+	// send it once its headers are in: a client that stalls is cut off rather than
+	// holding a connection. Default: 30s.
+	BodyTimeout time.Duration
 	// HashKeys replaces key names by a short hash in the API and in metrics.
 	HashKeys bool
 	// RedisAddrs are Redis addresses (a standalone server, or any nodes of a cluster);
@@ -121,6 +125,7 @@ func New(o Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: max key bytes %d: must be ≥ 1", o.MaxKeyBytes)
 	}
 	o.History = defaults.Or(o.History, 60)
+	o.BodyTimeout = defaults.Or(o.BodyTimeout, 30*time.Second)
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
 	}

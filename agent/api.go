@@ -32,14 +32,23 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{Registry: a.opts.Registry}))
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /readyz", a.readyz)
-	return jsonErrors{mux}
+	return jsonErrors{mux, a.opts.BodyTimeout}
 }
 
 // jsonErrors answers what the mux itself answers — a path the API does not have (404), a
-// method an endpoint does not take (405) — as {"error":"…"}, like every other error.
-type jsonErrors struct{ mux *http.ServeMux }
+// method an endpoint does not take (405) — as {"error":"…"}, like every other error. It
+// also bounds the time a request may take to send its body.
+type jsonErrors struct {
+	mux         *http.ServeMux
+	bodyTimeout time.Duration
+}
 
 func (j jsonErrors) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// The server resets the deadline before the connection's next request. Without a
+		// connection (a handler called directly) there is none to set.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(j.bodyTimeout))
+	}
 	h, pattern := j.mux.Handler(r)
 	if pattern != "" {
 		j.mux.ServeHTTP(w, r) // sets the path values that h reads
