@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -33,9 +34,12 @@ func TestBodyTimeout(t *testing.T) {
 		}
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		start := time.Now()
-		_, err = io.ReadAll(c)
+		got, err := io.ReadAll(c)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("connection still open %v after a stalled body; want it closed after BodyTimeout", time.Since(start).Round(time.Millisecond))
+		}
+		if !strings.HasPrefix(string(got), "HTTP/1.1 400") || !strings.Contains(string(got), "i/o timeout") {
+			t.Errorf("answer to a stalled body: %q; want a 400 naming the timeout", got)
 		}
 	})
 
