@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,8 +20,16 @@ import (
 )
 
 // MaxFlushTries is how many flushes in a row a batched sum may fail before it is given up
-// (logged at Error and counted in CounterStats.Dropped).
+// (logged at Error and counted in CounterStats.Dropped). Only two failures count: Redis
+// refused the INCRBY, or its outcome is unknown. A flush that could not
+// reach Redis (no connection could be made, or Redis answered that it cannot serve
+// writes now: LOADING, BUSY, CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY) applied
+// nothing: its sum is kept and retried with a backoff from the flush interval doubling
+// to MaxFlushBackoff, until Redis is back or Close.
 const MaxFlushTries = 3
+
+// MaxFlushBackoff bounds the wait between flushes of a sum while Redis is unreachable.
+const MaxFlushBackoff = 10 * time.Second
 
 // CounterStats counts what a Counter did.
 type CounterStats struct {
@@ -36,6 +45,8 @@ type CounterStats struct {
 	FlushErrors, Uncertain uint64
 	// Dropped is the sum of the increments given up after MaxFlushTries failed flushes
 	// in a row (or a failed flush at Close); DroppedAdds is how many Add calls made it.
+	// Flushes that could not reach Redis count in FlushErrors but not towards
+	// MaxFlushTries (see there).
 	// Each drop is also logged at Error with the key and the sum.
 	Dropped     int64
 	DroppedAdds uint64
@@ -71,8 +82,10 @@ type CounterStats struct {
 // Errors: on the plain and sharded paths Add returns Redis's error, and the increment
 // may or may not have been made (as with INCRBY). On the batched path Add never fails: a
 // failed flush keeps the sum, which the next flush retries, merged with newer additions;
-// after MaxFlushTries failures in a row the sum is dropped, logged at Error and counted in
-// Stats (Dropped). Close flushes every pending sum once more and reports what it could
+// after MaxFlushTries refusals (or unknown outcomes) in a row the sum is dropped, logged
+// at Error and counted in Stats (Dropped). While Redis cannot be reached (a restart, a
+// failover) the sum is kept, however long that lasts, and retried with a backoff up to
+// MaxFlushBackoff. Close flushes every pending sum once more and reports what it could
 // not flush. A flush is a plain INCRBY, so one whose outcome is unknown (a read timeout,
 // a broken connection: Redis may have applied it, or may still apply it) and is sent
 // again — by the next flush (counted in Stats as Uncertain) or by go-redis's own retries
@@ -123,7 +136,8 @@ type batch struct {
 	adds  uint64        // Add calls in sum
 	due   time.Time     // when it is flushed (time package clock)
 	every time.Duration // the entry's FlushInterval when the sum started
-	tries int           // failed flushes so far
+	tries int           // failed flushes so far that count towards MaxFlushTries
+	waits int           // flushes in a row that could not reach Redis (backoff)
 }
 
 func newCounter(c *Client) *Counter {
@@ -382,15 +396,23 @@ func (k *Counter) flush(all bool) (next time.Time) {
 		}
 		k.flushErrors.Add(1)
 		var rerr redis.Error
-		if !errors.As(err, &rerr) && !isDialError(err) {
+		away := unreachable(err)
+		if !away && !errors.As(err, &rerr) {
 			k.uncertain.Add(1)
 		}
-		it.b.tries++
+		wait := it.b.every
+		if away { // nothing was applied: wait for Redis, however long
+			it.b.waits++
+			wait = flushBackoff(it.b.every, it.b.waits)
+		} else {
+			it.b.tries++
+			it.b.waits = 0
+		}
 		if all || it.b.tries >= MaxFlushTries {
 			k.drop(it, err)
 			continue
 		}
-		due, ok := k.putBack(it.key, it.b, now)
+		due, ok := k.putBack(it.key, it.b, now, wait)
 		if !ok {
 			k.drop(it, err)
 			continue
@@ -405,8 +427,9 @@ func (k *Counter) flush(all bool) (next time.Time) {
 }
 
 // putBack merges a sum whose flush failed into the key's pending sum and returns when it
-// is due again; false when the merged sum would overflow an int64.
-func (k *Counter) putBack(key string, b *batch, now time.Time) (time.Time, bool) {
+// is due again (after wait, or when the newer sum is due, whichever is later); false when
+// the merged sum would overflow an int64.
+func (k *Counter) putBack(key string, b *batch, now time.Time, wait time.Duration) (time.Time, bool) {
 	s := k.stripe(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -417,9 +440,13 @@ func (k *Counter) putBack(key string, b *batch, now time.Time) (time.Time, bool)
 		cur.sum += b.sum
 		cur.adds += b.adds
 		cur.tries = max(cur.tries, b.tries)
+		cur.waits = max(cur.waits, b.waits)
+		if due := now.Add(wait); due.After(cur.due) {
+			cur.due = due
+		}
 		return cur.due, true
 	}
-	b.due = now.Add(b.every)
+	b.due = now.Add(wait)
 	s.pending[key] = b
 	return b.due, true
 }
@@ -436,6 +463,29 @@ func (k *Counter) drop(it flushItem, err error) {
 func isDialError(err error) bool {
 	var oe *net.OpError
 	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
+// unreachable reports a flush error that applied nothing and says that Redis cannot take
+// writes now rather than that it refuses this one: no connection (dial error, pool
+// timeout), or a server loading its data, busy with a script, or between primaries.
+func unreachable(err error) bool {
+	return isDialError(err) || errors.Is(err, redis.ErrPoolTimeout) ||
+		redis.IsLoadingError(err) || redis.IsClusterDownError(err) || redis.IsTryAgainError(err) ||
+		redis.IsMasterDownError(err) || redis.IsReadOnlyError(err) ||
+		strings.HasPrefix(err.Error(), "BUSY ")
+}
+
+// flushBackoff is the wait before the next flush of a sum whose last waits flushes could
+// not reach Redis: every doubling, at most MaxFlushBackoff (or every, when larger).
+func flushBackoff(every time.Duration, waits int) time.Duration {
+	d := every
+	for range min(waits-1, 30) {
+		if d >= MaxFlushBackoff {
+			break
+		}
+		d *= 2
+	}
+	return max(min(d, MaxFlushBackoff), every)
 }
 
 // Stats returns the Counter's counts so far.

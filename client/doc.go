@@ -82,7 +82,8 @@
 // Counters (entries of kinds sharded_counter and batched_counter) are not applied by the
 // hook: they change what INCR returns, so they have an explicit API, Client.Counter:
 // Add and Get, plain INCRBY/GET without an entry, one INCRBY per key per flush interval
-// under batched_counter (Close flushes; a crash loses at most one interval), a random
+// under batched_counter (Close flushes; a crash loses at most one interval; while Redis
+// is unreachable the sums wait for it, see MaxFlushTries), a random
 // sub-counter under sharded_counter with exact reads of base + Σ sub-counters.
 //
 // Sharded counters and fail open: increments made under a sharded_counter entry stay in

@@ -1,0 +1,77 @@
+package client
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+)
+
+// TestCounterBatchedSurvivesRedisRestart: batched Adds never fail, so the app cannot
+// retry them; a sum whose flushes fail because Redis is unreachable (it was not applied)
+// must wait for Redis to come back, not be dropped after MaxFlushTries flush intervals.
+// Here Redis is down for 3s (a restart, a failover: each flush then takes go-redis's
+// dial retries, 5 × 100ms), and every increment must reach it once it is back.
+func TestCounterBatchedSurvivesRedisRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	ps := startPlanServer(t)
+	ps.publish(batchedEntry("outage:n", 20*time.Millisecond, time.Minute))
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.WaitPlan(wctx); err != nil {
+		t.Fatal(err)
+	}
+	counter := c.Counter()
+	srv.Stop()
+	for range 10 {
+		if err := counter.Add(ctx, "outage:n", 1); err != nil {
+			t.Fatalf("batched Add = %v; want nil", err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	redistest.StartAt(t, addr)
+	waitFor(t, func() bool { return rdb.Get(ctx, "outage:n").Val() == "10" || counter.Stats().DroppedAdds > 0 })
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	st := counter.Stats()
+	if v := rdb.Get(ctx, "outage:n").Val(); v != "10" || st.DroppedAdds != 0 {
+		t.Errorf("outage:n = %q after Redis came back, stats %+v; want 10, nothing dropped", v, st)
+	}
+	if st.FlushErrors == 0 {
+		t.Errorf("stats %+v; want failed flushes while Redis was away", st)
+	}
+}
+
+// TestFlushBackoff: the wait between flushes of an unreachable Redis doubles from the
+// flush interval to MaxFlushBackoff, and is never shorter than the interval.
+func TestFlushBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		every time.Duration
+		waits int
+		want  time.Duration
+	}{
+		{100 * time.Millisecond, 1, 100 * time.Millisecond},
+		{100 * time.Millisecond, 2, 200 * time.Millisecond},
+		{100 * time.Millisecond, 4, 800 * time.Millisecond},
+		{100 * time.Millisecond, 8, MaxFlushBackoff},
+		{100 * time.Millisecond, 1 << 20, MaxFlushBackoff},
+		{time.Minute, 5, time.Minute},
+	} {
+		if got := flushBackoff(tc.every, tc.waits); got != tc.want {
+			t.Errorf("flushBackoff(%v, %d) = %v; want %v", tc.every, tc.waits, got, tc.want)
+		}
+	}
+}
