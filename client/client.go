@@ -230,13 +230,17 @@ func (c *Client) onPlan(ix *planIndex) {
 
 // WaitPlan waits until the client holds a plan from the agent, or ctx ends. Commands
 // never wait for the plan; an app may call it at start-up so that its first requests
-// already follow the plan.
+// already follow the plan. Its error wraps ctx's and says why no plan came when a fetch
+// has failed (the agent not listening, an error answer, an invalid plan).
 func (c *Client) WaitPlan(ctx context.Context) error {
 	select {
 	case <-c.first:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("client: no plan from the agent yet: %w", ctx.Err())
+		if err := c.follower.failure(); err != nil {
+			return fmt.Errorf("client: no plan from the agent at %s yet (last try: %v): %w", c.follower.url, err, ctx.Err())
+		}
+		return fmt.Errorf("client: no plan from the agent at %s yet: %w", c.follower.url, ctx.Err())
 	}
 }
 

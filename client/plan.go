@@ -1,7 +1,9 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -168,6 +170,7 @@ type follower struct {
 
 	cur                      atomic.Pointer[planIndex]
 	fetches, updates, errors atomic.Uint64
+	lastErr                  atomic.Pointer[error] // the last failed fetch's error; nil after a success
 }
 
 // run follows the plan until ctx ends.
@@ -177,6 +180,7 @@ func (f *follower) run(ctx context.Context) {
 		start := time.Now()
 		changed, err := f.poll(ctx)
 		if err == nil {
+			f.lastErr.Store(nil)
 			backoff = f.min
 			// An agent that answers 304 without waiting must not be polled in a tight
 			// loop: at most one unchanged answer per backoffMin.
@@ -191,6 +195,7 @@ func (f *follower) run(ctx context.Context) {
 			return
 		}
 		f.errors.Add(1)
+		f.lastErr.Store(&err)
 		f.log.Warn("hotkeyd: fetching the plan failed; keeping the current one until its leases run out", "agent", f.url, "err", err, "retry_in", backoff)
 		if !sleep(ctx, backoff) {
 			return
@@ -241,7 +246,7 @@ func (f *follower) poll(ctx context.Context) (changed bool, err error) {
 		f.fetches.Add(1)
 		return false, nil
 	case resp.StatusCode != http.StatusOK:
-		return false, fmt.Errorf("GET %s: %s", u, resp.Status)
+		return false, fmt.Errorf("GET %s: %s%s", u, resp.Status, errorBody(body))
 	case len(body) > maxPlanBytes:
 		return false, fmt.Errorf("GET %s: plan over %d bytes", u, maxPlanBytes)
 	}
@@ -260,6 +265,34 @@ func (f *follower) poll(ctx context.Context) (changed bool, err error) {
 		f.onPlan(ix)
 	}
 	return true, nil
+}
+
+// errorBody returns what an error answer says, for the error message: the agent's
+// {"error":"…"}, or the start of another body; "" when empty.
+func errorBody(body []byte) string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	msg := string(bytes.TrimSpace(body))
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	if msg == "" {
+		return ""
+	}
+	return ": " + strconv.QuoteToGraphic(msg)
+}
+
+// failure returns the error of the last failed fetch, nil when the last fetch succeeded
+// or none has failed.
+func (f *follower) failure() error {
+	if e := f.lastErr.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 func (f *follower) stats() PlanStats {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,8 @@ import (
 // ReporterOptions configures a Reporter. The zero value works: it reports one command in
 // 100 to an agent on 127.0.0.1:9736 under the program's name.
 type ReporterOptions struct {
-	// Agent is the UDP address of the hotkeyd agent; default "127.0.0.1:9736".
+	// Agent is the UDP address of the hotkeyd agent, host:port (not a URL, unlike
+	// Options.Agent); default "127.0.0.1:9736".
 	Agent string
 	// Source names this app in the agent's metrics: 1 to 64 bytes of printable UTF-8.
 	// Default: the program's file name (os.Args[0] without its directory).
@@ -157,6 +159,9 @@ var errNoSocket = errors.New("client: no socket towards the agent: its name did 
 func newReporter(opts ReporterOptions) (*Reporter, error) {
 	if opts.Agent == "" {
 		opts.Agent = DefaultAgent
+	}
+	if strings.Contains(opts.Agent, "://") {
+		return nil, fmt.Errorf("client: Agent %q: want the agent's UDP address host:port, such as %s, not a URL", opts.Agent, DefaultAgent)
 	}
 	if opts.Source == "" {
 		opts.Source = defaultSource()

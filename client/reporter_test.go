@@ -346,6 +346,9 @@ func TestNewReporterErrors(t *testing.T) {
 		{"source", ReporterOptions{Source: strings.Repeat("s", 65)}, "client: Source or Token: report: source of 65 bytes: must be 1 to 64 bytes"},
 		{"token", ReporterOptions{Token: strings.Repeat("t", 256)}, "client: Source or Token: report: token of 256 bytes: must be at most 255"},
 		{"agent", ReporterOptions{Agent: "127.0.0.1"}, `client: Agent "127.0.0.1": dial udp: address 127.0.0.1: missing port in address`},
+		// Options.Agent of Attach is a URL; an app that passes the same string here must
+		// be told what this field wants instead of "too many colons in address".
+		{"agent URL", ReporterOptions{Agent: "http://127.0.0.1:9736"}, `client: Agent "http://127.0.0.1:9736": want the agent's UDP address host:port, such as 127.0.0.1:9736, not a URL`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,55 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+)
+
+// TestWaitPlanSaysWhy: an app that calls WaitPlan at start-up with a timeout and gets
+// an error must learn from it why no plan came — the agent is not listening, or it
+// answers an error (whose message the agent writes as {"error":"…"}) — not only that
+// the deadline passed. The error still wraps ctx's.
+func TestWaitPlanSaysWhy(t *testing.T) {
+	srv := redistest.Start(t)
+	ps := startPlanServer(t)
+	ps.fail(http.StatusServiceUnavailable, []byte(`{"error":"planner not ready"}`))
+	for _, tc := range []struct {
+		name, agent string
+		want        []string
+	}{
+		{"not listening", "http://" + closedTCP(t), []string{"connection refused"}},
+		{"answers an error", ps.URL(), []string{"503", "planner not ready"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer rdb.Close()
+			c, err := Attach(rdb, Options{Agent: tc.agent, NoReports: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			err = c.WaitPlan(ctx)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("WaitPlan = %v; want an error wrapping context.DeadlineExceeded", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("WaitPlan = %q; want it to say %q", err, w)
+				}
+			}
+			if err := rdb.Set(context.Background(), "k", "v", 0).Err(); err != nil {
+				t.Errorf("SET without a plan: %v", err)
+			}
+		})
+	}
+}
