@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"net/http"
 	"net/url"
 	"sync"
@@ -25,7 +26,8 @@ import (
 // name, and keeps an L1 with the defaults of CacheOptions.
 type Options struct {
 	// Agent is the base URL of the hotkeyd agent's HTTP API, where the plan is fetched;
-	// default "http://127.0.0.1:9736". Samples go to the same host and port over UDP.
+	// default "http://127.0.0.1:9736", with its port. Samples go to the same host and port
+	// over UDP.
 	Agent string
 	// Source names this app in the agent's metrics; default: the program's file name.
 	// See ReporterOptions.Source.
@@ -138,6 +140,10 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("client: Agent %q: want an http:// or https:// URL such as %s", opts.Agent, DefaultAgentURL)
 	}
+	if n, err := strconv.Atoi(u.Port()); err != nil || n < 1 || n > 65535 {
+		// Without one the plan would come from port 80 (http) and the samples go to 9736.
+		return nil, fmt.Errorf("client: Agent %q: name the agent's port, 1 to 65535, such as %s; samples go to the same port over UDP", opts.Agent, DefaultAgentURL)
+	}
 	if opts.PlanWait != 0 && (opts.PlanWait < time.Second || opts.PlanWait > time.Minute) {
 		return nil, fmt.Errorf("client: PlanWait %v: must be 0 (30s) or 1s to 1m", opts.PlanWait)
 	}
@@ -168,11 +174,7 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	}
 	c.counter = newCounter(c)
 	if !opts.NoReports {
-		port := u.Port()
-		if port == "" {
-			port = "9736"
-		}
-		c.reporter, err = NewReporter(ReporterOptions{Agent: net.JoinHostPort(u.Hostname(), port),
+		c.reporter, err = NewReporter(ReporterOptions{Agent: u.Host,
 			Source: opts.Source, SampleEvery: opts.SampleEvery, Token: opts.Token,
 			Rand: opts.Rand, FollowsPlan: true})
 		if err != nil {

@@ -224,6 +224,9 @@ func TestAttachErrors(t *testing.T) {
 	}{
 		{Options{Agent: "127.0.0.1:9736"}, "Agent"},
 		{Options{Agent: "ftp://x"}, "Agent"},
+		// without a port the plan would come from port 80 and samples go to 9736
+		{Options{Agent: "http://127.0.0.1"}, "port"},
+		{Options{Agent: "http://127.0.0.1:99999"}, "port"},
 		{Options{PlanWait: time.Hour}, "PlanWait"},
 		{Options{Cache: CacheOptions{MaxEntries: 1}}, "MaxEntries"},
 		{Options{SampleEvery: -1}, "SampleEvery"},

@@ -108,15 +108,16 @@ func (p *planIndex) leased(key string, kind mitigate.Kind, now time.Time) (lease
 	return leasedEntry{}, false
 }
 
-// newPlanIndex indexes p's enforced entries. Leases are Expires − Generated, counted from
-// received on the client's clock, so the agent's clock does not matter.
+// newPlanIndex indexes p's enforced entries. Leases are Expires − Generated, at most
+// mitigate.MaxLease, counted from received on the client's clock, so the agent's clock
+// does not matter.
 func newPlanIndex(p mitigate.Plan, received time.Time) *planIndex {
 	ix := &planIndex{plan: p, keys: make(map[string]*keyPlan)}
 	for _, e := range p.Entries {
 		if e.Mode != mitigate.Enforce {
 			continue
 		}
-		until := received.Add(e.Expires.Sub(p.Generated))
+		until := received.Add(min(e.Expires.Sub(p.Generated), mitigate.MaxLease))
 		k := ix.keys[e.Key]
 		if k == nil {
 			k = &keyPlan{}

@@ -14,6 +14,26 @@ import (
 // TestPlanIndex: only enforced entries are applied, each for its lease counted from
 // when the plan arrived on the client's clock; counter entries are kept for the Counter
 // API (leased).
+// TestPlanIndexLeaseCap: a plan whose lease is longer than any agent gives (mitigate.lease
+// is at most an hour) is held for an hour at most, so that a client that lost its agent
+// still drops the entries in bounded time.
+func TestPlanIndexLeaseCap(t *testing.T) {
+	p := mitigate.Plan{Version: 1, Generated: planNow, Primaries: 1, Entries: []mitigate.Entry{
+		l1Entry("a", time.Second, 100*time.Hour),
+	}}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	received := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := newPlanIndex(p, received).lookup("a")
+	if got := a.l1(received.Add(mitigate.MaxLease - time.Second)); got != time.Second {
+		t.Errorf("L1 TTL before an hour: %v; want 1s", got)
+	}
+	if got := a.l1(received.Add(mitigate.MaxLease)); got != 0 {
+		t.Errorf("L1 TTL an hour after the plan came, with a 100 h lease: %v; want 0 (dropped)", got)
+	}
+}
+
 func TestPlanIndex(t *testing.T) {
 	rec := l1Entry("rec", time.Second, time.Minute)
 	rec.Mode = mitigate.Recommend

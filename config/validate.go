@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hotkeyd/hotkeyd/mitigate"
 )
 
 // minTick is the shortest detector tick: Detector.Window / Detector.Ticks.
@@ -131,7 +133,7 @@ func (c Config) Validate() error {
 	v.duration("mitigate.flush_interval", m.FlushInterval, time.Millisecond, time.Minute)
 	v.duration("mitigate.min_active", m.MinActive, time.Second, 24*time.Hour)
 	v.duration("mitigate.cool_down", m.CoolDown, time.Second, 24*time.Hour)
-	v.duration("mitigate.lease", m.Lease, 2*time.Second, time.Hour)
+	v.duration("mitigate.lease", m.Lease, 2*time.Second, mitigate.MaxLease)
 	v.duration("mitigate.copy_refresh", m.CopyRefresh, 10*time.Millisecond, time.Minute)
 
 	v.events(c.Registry.Events)

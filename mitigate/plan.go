@@ -75,6 +75,9 @@ type Entry struct {
 const (
 	MaxTTL           = time.Hour
 	MaxFlushInterval = time.Minute
+	// MaxLease bounds the planner's lease, and clients hold no entry longer than that
+	// after a fetch, whatever its Expires says.
+	MaxLease = time.Hour
 )
 
 // DecodePlan reads a plan that came from outside (an agent over HTTP, a Redis channel) and

@@ -32,7 +32,7 @@ type PlannerOptions struct {
 	// Lease is how long a published entry stays valid without renewal. Entries are renewed
 	// (all together, with a new version) once half of it has passed, so a client that
 	// loses the agent drops them between Lease/2 and Lease after its last fetch.
-	// Default: 60s; at least 2s.
+	// Default: 60s; 2s to MaxLease.
 	Lease time.Duration
 	// Now stamps overrides (Pin, Forbid). Default: time.Now.
 	Now func() time.Time
@@ -108,8 +108,8 @@ func NewPlanner(o PlannerOptions) (*Planner, error) {
 		return nil, fmt.Errorf("planner: min active %v: must be ≥ 0 (0 means 30s)", o.MinActive)
 	case o.CoolDown < 0:
 		return nil, fmt.Errorf("planner: cool-down %v: must be ≥ 0 (0 means 60s)", o.CoolDown)
-	case o.Lease != 0 && o.Lease < 2*time.Second:
-		return nil, fmt.Errorf("planner: lease %v: must be ≥ 2s (0 means 60s)", o.Lease)
+	case o.Lease != 0 && (o.Lease < 2*time.Second || o.Lease > MaxLease):
+		return nil, fmt.Errorf("planner: lease %v: must be 2s to %v (0 means 60s)", o.Lease, MaxLease)
 	}
 	p := &Planner{
 		rules:     o.Rules.withDefaults(),

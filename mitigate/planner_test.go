@@ -496,7 +496,8 @@ func TestNewPlannerErrors(t *testing.T) {
 	}{
 		{PlannerOptions{MinActive: -1}, "min active -1ns: must be ≥ 0"},
 		{PlannerOptions{CoolDown: -1}, "cool-down -1ns: must be ≥ 0"},
-		{PlannerOptions{Lease: time.Second}, "lease 1s: must be ≥ 2s"},
+		{PlannerOptions{Lease: time.Second}, "lease 1s: must be 2s to 1h0m0s"},
+		{PlannerOptions{Lease: 2 * time.Hour}, "lease 2h0m0s: must be 2s to 1h0m0s"},
 		{PlannerOptions{Rules: Rules{Headroom: 2}}, "headroom 2"},
 	}
 	for _, tt := range tests {
