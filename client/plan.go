@@ -197,7 +197,11 @@ func (f *follower) run(ctx context.Context) {
 		}
 		f.errors.Add(1)
 		f.lastErr.Store(&err)
-		f.log.Warn("hotkeyd: fetching the plan failed; keeping the current one until its leases run out", "agent", f.url, "err", err, "retry_in", backoff)
+		if f.cur.Load() == nil {
+			f.log.Warn("hotkeyd: fetching the plan failed; commands go to Redis unmitigated until one comes", "agent", f.url, "err", err, "retry_in", backoff)
+		} else {
+			f.log.Warn("hotkeyd: fetching the plan failed; keeping the current one until its leases run out", "agent", f.url, "err", err, "retry_in", backoff)
+		}
 		if !sleep(ctx, backoff) {
 			return
 		}
