@@ -45,13 +45,16 @@ type NodeClients struct {
 
 // NewNodeClients returns NodeClients whose clients use base (password, TLS, timeouts,
 // protocol…) with Addr set per node. A nil base means go-redis defaults with a pool of two
-// connections per node.
+// connections per node, and ContextTimeoutEnabled, so that a node that does not answer is
+// given up at the context's deadline (Topology.Refresh gives each node a share of its own)
+// rather than after go-redis's read timeout and retries. A base without it makes a hung
+// node hold a refresh for those instead.
 func NewNodeClients(base *redis.Options) *NodeClients {
 	c := &NodeClients{clients: make(map[string]*redis.Client)}
 	if base != nil {
 		c.base = *base
 	} else {
-		c.base = redis.Options{PoolSize: 2}
+		c.base = redis.Options{PoolSize: 2, ContextTimeoutEnabled: true}
 	}
 	return c
 }
@@ -102,7 +105,8 @@ type TopologyOptions struct {
 	// MOVED redirect was reported, so that a resharding does not turn every redirect into
 	// a round of CLUSTER SHARDS. Default: 250ms.
 	MinRefreshGap time.Duration
-	// RefreshTimeout bounds each refresh that Run makes. Default: 5s.
+	// RefreshTimeout bounds each refresh that Run makes, shared among the nodes it asks
+	// (see Refresh). Default: 5s.
 	RefreshTimeout time.Duration
 	// OnError, when set, receives the error of each failed refresh made by Run (the
 	// previous slot table stays in use). Default: errors are dropped; Err reports the last.
@@ -328,8 +332,11 @@ func (t *Topology) Close() error {
 // SHARDS, or CLUSTER SLOTS from a Redis older than 7 — and swaps in the first answer. A
 // node that answers that cluster support is disabled makes the topology standalone, with
 // that node as its server. When no node answers, the previous table stays and Refresh
-// returns every node's error. A fixed topology (StandaloneTopology, TopologyFromRanges)
-// returns nil without asking anything.
+// returns every node's error. When ctx has a deadline, each node asked gets an equal share
+// of the time left, so a node that accepts connections but does not answer (hung, or its
+// network black-holed, as before a failover) does not keep the others from being asked.
+// A fixed topology (StandaloneTopology, TopologyFromRanges) returns nil without asking
+// anything.
 func (t *Topology) Refresh(ctx context.Context) error {
 	if t.opts.Conn == nil {
 		return nil
@@ -344,8 +351,16 @@ func (t *Topology) Refresh(ctx context.Context) error {
 		}
 	}
 	var errs []error
-	for _, addr := range tried {
-		tab, err := fetchTable(ctx, t.opts.Conn, addr)
+	for i, addr := range tried {
+		// A node that accepts connections but does not answer (a hung process or host, a
+		// black-holed network: what a failover follows) must not use up the whole
+		// deadline while the others would answer: each node gets its share of what is left.
+		nctx, cancel := ctx, context.CancelFunc(func() {})
+		if dl, ok := ctx.Deadline(); ok {
+			nctx, cancel = context.WithTimeout(ctx, time.Until(dl)/time.Duration(len(tried)-i))
+		}
+		tab, err := fetchTable(nctx, t.opts.Conn, addr)
+		cancel()
 		if err == nil {
 			t.mu.Lock()
 			t.table.Store(tab)

@@ -117,7 +117,8 @@ func theOptions(t testing.TB, helper string, opts []Options) Options {
 
 // Cluster is a running Redis Cluster of primaries only.
 type Cluster struct {
-	nodes []*Server
+	nodes    []*Server
+	replicas []*Server // added by AddReplica
 }
 
 // Addrs returns the primaries' "127.0.0.1:port" addresses.

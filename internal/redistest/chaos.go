@@ -1,0 +1,169 @@
+package redistest
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Helpers that change a running cluster under a test: a replica for a primary, a
+// failover to it, a node paused (SIGSTOP) and resumed (SIGCONT), a node killed. They add
+// to StartCluster and leave what it does unchanged: Cluster.Addrs and Nodes keep naming
+// the primaries the cluster started with, whatever role those nodes have now.
+
+// ID returns the node's cluster node ID (CLUSTER MYID).
+func (s *Server) ID(t testing.TB) string {
+	t.Helper()
+	id, err := command(s.addr, s.password, "CLUSTER", "MYID")
+	if err != nil {
+		t.Fatalf("redistest: %s CLUSTER MYID: %v", s.addr, err)
+	}
+	return id
+}
+
+// Pause stops the server process with SIGSTOP: it keeps its sockets, accepts TCP
+// connections into the listen backlog and answers nothing until Resume. A paused server
+// is resumed when the test ends, before it is stopped.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("redistest: SIGSTOP %s: %v", s.addr, err)
+	}
+	t.Cleanup(func() { _ = s.cmd.Process.Signal(syscall.SIGCONT) })
+}
+
+// Resume continues a server stopped by Pause (SIGCONT).
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("redistest: SIGCONT %s: %v", s.addr, err)
+	}
+}
+
+// Kill ends the server at once with SIGKILL (a crash: no shutdown, no last replication)
+// and waits for the process to exit.
+func (s *Server) Kill() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+// AddReplica starts a cluster node on a free port, joins it to the cluster as a replica
+// of primary (CLUSTER MEET, CLUSTER REPLICATE), and waits until its replication link is
+// up, it has the primary's data, and every primary of the cluster knows it. It is stopped
+// when the test ends.
+func (c *Cluster) AddReplica(t testing.TB, primary *Server) *Server {
+	t.Helper()
+	bin := lookPath(t, "redis-server")
+	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "5000"}
+	var node *Server
+	var lastErr error
+	for attempt := 0; attempt < 8 && node == nil; attempt++ {
+		port, err := freePort(true)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		node, lastErr = launch(t, bin, port, "", args)
+		if lastErr != nil && !errors.Is(lastErr, errPortTaken) {
+			break
+		}
+	}
+	if node == nil {
+		t.Fatalf("redistest: start replica node: %v", lastErr)
+	}
+	if _, err := command(primary.addr, "", "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(node.port)); err != nil {
+		t.Fatalf("redistest: CLUSTER MEET %s: %v", node.addr, err)
+	}
+	pid := primary.ID(t)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		_, err := command(node.addr, "", "CLUSTER", "REPLICATE", pid)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s CLUSTER REPLICATE %s: %v", node.addr, pid, err)
+		}
+		time.Sleep(50 * time.Millisecond) // the replica does not know the primary yet
+	}
+	want := "cluster_known_nodes:" + strconv.Itoa(c.knownNodes()+1)
+	for {
+		info, _ := command(node.addr, "", "INFO", "replication")
+		ok := strings.Contains(info, "master_link_status:up") && !strings.Contains(info, "master_sync_in_progress:1")
+		for _, p := range c.nodes {
+			ci, err := command(p.addr, "", "CLUSTER", "INFO")
+			ok = ok && err == nil && containsAll(ci, []string{"cluster_state:ok", want})
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: replica %s of %s not ready after %v: %q", node.addr, primary.addr, startTimeout, info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.replicas = append(c.replicas, node)
+	return node
+}
+
+// knownNodes is how many nodes the cluster has: its primaries and the replicas added.
+func (c *Cluster) knownNodes() int { return len(c.nodes) + len(c.replicas) }
+
+// Failover makes replica a primary in place of its primary with CLUSTER FAILOVER, with
+// option "" (a coordinated failover: the primary stops writes until the replica has
+// caught up, no write is lost), "FORCE" (without the primary's agreement, with the other
+// primaries' vote) or "TAKEOVER" (without any agreement: for a primary that is down or
+// paused). It waits until replica reports role master and, asked with CLUSTER SHARDS,
+// every node in alive names replica as the owner of the slots.
+func (c *Cluster) Failover(t testing.TB, replica *Server, option string, alive ...*Server) {
+	t.Helper()
+	args := []string{"CLUSTER", "FAILOVER"}
+	if option != "" {
+		args = append(args, option)
+	}
+	if _, err := command(replica.addr, "", args...); err != nil {
+		t.Fatalf("redistest: %s %s: %v", replica.addr, strings.Join(args, " "), err)
+	}
+	deadline := time.Now().Add(startTimeout)
+	id := replica.ID(t)
+	for {
+		role, err := command(replica.addr, "", "ROLE")
+		ok := err == nil && strings.HasPrefix(role, "master")
+		for _, n := range alive {
+			nodes, err := command(n.addr, "", "CLUSTER", "NODES")
+			ok = ok && err == nil && ownsSlots(nodes, id)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s %s: not primary everywhere after %v (ROLE %q, %v)",
+				replica.addr, strings.Join(args, " "), startTimeout, role, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ownsSlots reports whether, in a CLUSTER NODES reply, node id is a master with slots.
+func ownsSlots(nodes, id string) bool {
+	for line := range strings.Lines(nodes) {
+		f := strings.Fields(line)
+		if len(f) > 8 && f[0] == id && strings.Contains(f[2], "master") {
+			return true
+		}
+	}
+	return false
+}
+
+// String names the server, for messages.
+func (s *Server) String() string { return fmt.Sprintf("redis-server %s", s.addr) }
