@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,12 +101,16 @@ func ofTagged(name, kind string, nameOf func(string) string) (string, bool) {
 // Scripts of the fold and of the reader. Each touches keys of one slot only.
 var (
 	// foldMove (step a, on the sub-counter's node). KEYS: sub, stash; ARGV: a fresh
-	// fold id. When a stash is there (an earlier fold did not finish), it returns it
-	// untouched; else it moves the sub-counter's value into a new stash under the fresh
-	// id, deleting the sub-counter. Reply: {} when there is nothing to fold, else {id, value}.
+	// fold id. When a stash is there (an earlier fold did not finish), it returns it,
+	// setting its id again unchanged (a write, which a WAIT after it covers); else it
+	// moves the sub-counter's value into a new stash under the fresh id, deleting the
+	// sub-counter. Reply: {} when there is nothing to fold, else {id, value}.
 	foldMove = newScript(`
 local id = redis.call('HGET', KEYS[2], 'id')
-if id then return {id, redis.call('HGET', KEYS[2], 'value')} end
+if id then
+  redis.call('HSET', KEYS[2], 'id', id) -- a write, so a WAIT after it covers the stash
+  return {id, redis.call('HGET', KEYS[2], 'value')}
+end
 local v = redis.call('GET', KEYS[1])
 if not v then return {} end
 redis.call('DEL', KEYS[1])
@@ -116,7 +121,8 @@ return {ARGV[1], v}`)
 	// foldApply (step b, on the key's node). KEYS: key, gen, done; ARGV: value, memory in
 	// ms, a random start for gen. Adds value to the key unless the fold's marker says it
 	// was added already; sets the marker and counts the fold in gen in the same step.
-	// Reply: 1 applied, 0 already.
+	// Reply: 1 applied, 0 already (the marker's expiry is then set again: a write that a
+	// WAIT after it covers).
 	//
 	// gen expires FoldMemory after the last fold. Were it to start again at 1, a reader
 	// that saw gen = 1 just before it expired, and a fold landing right after, would see
@@ -124,7 +130,10 @@ return {ARGV[1], v}`)
 	// random bits makes that repetition as unlikely as two fold ids alike; gen stays an
 	// integer, as an INCR of an older executor expects.
 	foldApply = newScript(`
-if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('PEXPIRE', KEYS[3], ARGV[2]) -- a write, so a WAIT after it covers the fold
+  return 0
+end
 redis.call('INCRBY', KEYS[1], ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SET', KEYS[2], ARGV[3]) end
 redis.call('INCR', KEYS[2])
@@ -369,7 +378,8 @@ func foldSub(ctx context.Context, rdb Redis, key, sub string) (foldResult, error
 			return res, err
 		}
 		// a. Move the sub-counter into a stash, or find the stash of an unfinished fold.
-		reply, err := foldMove.run(ctx, rdb, []string{sub, stash}, id).Slice()
+		cmd, unsure := runReplicated(ctx, rdb, foldMove, []string{sub, stash}, id)
+		reply, err := cmd.Slice()
 		if err != nil {
 			return res, fmt.Errorf("fold %s: move to stash: %w", sub, err)
 		}
@@ -384,9 +394,21 @@ func foldSub(ctx context.Context, rdb Redis, key, sub string) (foldResult, error
 		if err != nil {
 			return res, fmt.Errorf("fold %s: stash %s: %w", sub, stash, err)
 		}
+		// Not b before a is on every replica of sub's primary: a failover that lost a
+		// would bring sub's value back, and b would count it a second time.
+		if unsure != nil {
+			return res, fmt.Errorf("fold %s: move to stash: %w", sub, unsure)
+		}
 		// b. Add it to the key, once per fold id.
-		if err := foldApply.run(ctx, rdb, []string{key, genName(key), doneName(key, gotID)}, value, memory, genStart(id)).Err(); err != nil {
+		cmd, unsure = runReplicated(ctx, rdb, foldApply, []string{key, genName(key), doneName(key, gotID)}, value, memory, genStart(id))
+		if err := cmd.Err(); err != nil {
 			return res, fmt.Errorf("fold %s into %s: %w", sub, key, err)
+		}
+		// Not c before b is on every replica of key's primary: a failover that lost b
+		// (and its marker with it) then finds the stash still there, which readers count
+		// again and the next fold applies again, instead of losing its value.
+		if unsure != nil {
+			return res, fmt.Errorf("fold %s into %s: %w", sub, key, unsure)
 		}
 		// c. Drop the stash.
 		if err := foldDrop.run(ctx, rdb, []string{stash}, gotID).Err(); err != nil {
@@ -420,4 +442,90 @@ func newFoldID() (string, error) {
 		return "", fmt.Errorf("fold id: %w", err)
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// ReplicaWait bounds how long a fold waits (WAIT) for the replicas of a primary to have a
+// step of it before it takes the next; a step they do not have by then is taken again at
+// the executor's next round.
+const ReplicaWait = 200 * time.Millisecond
+
+// runReplicated runs s on one connection to the primary of keys[0]'s slot, then waits up
+// to ReplicaWait until every replica of that primary has what s wrote (WAIT on that
+// connection; every script it runs writes, so WAIT covers what an earlier run wrote too).
+// The second result is an error when that is not known: a replica did not acknowledge in
+// time, or s could not run on one connection (a slot table that is out of date, a client
+// that is neither a *redis.Client nor a *redis.ClusterClient, which then runs s as usual
+// and reports nil: the caller cannot do better).
+//
+// Redis replicates asynchronously: a failover may lose the last writes a primary
+// acknowledged. A fold moves a sub-counter's whole value, written long ago and replicated
+// since, in one write: without the wait a failover in the next milliseconds would lose (or
+// count twice) all of it, not just the last increments.
+func runReplicated(ctx context.Context, rdb Redis, s script, keys []string, args ...any) (*redis.Cmd, error) {
+	var node *redis.Client
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		c, err := r.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return s.run(ctx, rdb, keys, args...), fmt.Errorf("primary of %s not known: %w", keys[0], err)
+		}
+		node = c
+	case *redis.Client:
+		node = r
+	default:
+		return s.run(ctx, rdb, keys, args...), nil
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	cmd := s.run(ctx, conn, keys, args...)
+	if _, moved := ParseRedirect(cmd.Err()); moved {
+		// The client's slot table is out of date: let it follow the redirect (and learn
+		// the new owner), and take the step again next time to wait for its replicas.
+		return s.run(ctx, rdb, keys, args...), errors.New("slot moved: replicas not checked")
+	}
+	if cmd.Err() != nil {
+		return cmd, nil
+	}
+	n, err := replicaCount(ctx, conn)
+	if err != nil || n == 0 {
+		return cmd, err
+	}
+	acked, err := conn.Do(ctx, "WAIT", n, ReplicaWait.Milliseconds()).Int()
+	switch {
+	case err != nil:
+		return cmd, fmt.Errorf("WAIT: %w", err)
+	case acked < n:
+		return cmd, fmt.Errorf("%d of %d replicas acknowledged within %v", acked, n, ReplicaWait)
+	}
+	return cmd, nil
+}
+
+// replicaCount returns how many replicas the primary at the end of conn has that a
+// failover could promote: in a cluster, those CLUSTER REPLICAS lists and does not flag as
+// failed (connected or not: one that lost its link is the one a failover would lose data
+// to); else the replicas connected now (ROLE).
+func replicaCount(ctx context.Context, conn *redis.Conn) (int, error) {
+	id, err := conn.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		if !isClusterDisabled(err) {
+			return 0, fmt.Errorf("CLUSTER MYID: %w", err)
+		}
+		role, err := conn.Do(ctx, "ROLE").Slice()
+		if err != nil || len(role) < 3 {
+			return 0, fmt.Errorf("ROLE: %v %w", role, err)
+		}
+		replicas, _ := role[2].([]any)
+		return len(replicas), nil
+	}
+	lines, err := conn.Do(ctx, "CLUSTER", "REPLICAS", id).StringSlice()
+	if err != nil {
+		return 0, fmt.Errorf("CLUSTER REPLICAS: %w", err)
+	}
+	n := 0
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 2 && !slices.Contains(strings.Split(f[2], ","), "fail") {
+			n++
+		}
+	}
+	return n, nil
 }
