@@ -27,6 +27,9 @@ const (
 // maxPlanWait bounds the wait parameter of GET /v1/plan.
 const maxPlanWait = 60 * time.Second
 
+// clusterReload is how often the executor's cluster client reloads the slot table.
+const clusterReload = 3 * time.Second
+
 // redisState is the Redis side of the agent, once the topology is known.
 type redisState struct {
 	topo        *mitigate.Topology
@@ -47,7 +50,12 @@ func (a *Agent) connectRedis(ctx context.Context) {
 		if err == nil {
 			st := &redisState{topo: topo}
 			if topo.IsCluster() {
-				st.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.opts.RedisAddrs})
+				// go-redis learns of a failover without a MOVED only when it reloads its
+				// slot table (every 60 s by default): until then, every copy refresh and
+				// fold on the failed primary's shard fails. One CLUSTER SLOTS every few
+				// seconds is cheap.
+				st.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.opts.RedisAddrs,
+					ClusterStateReloadInterval: clusterReload})
 			} else {
 				st.rdb = redis.NewClient(&redis.Options{Addr: a.opts.RedisAddrs[0]})
 			}
