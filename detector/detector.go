@@ -223,6 +223,12 @@ func (d *Detector) Advance(now time.Time) {
 		steps := el / d.opts.Tick
 		d.tickStart = d.tickStart.Add(steps * d.opts.Tick)
 		n = int(min(steps, time.Duration(d.opts.Ticks)))
+		if n == d.opts.Ticks {
+			// Every tick is cleared, the traffic counted so far with them: the window
+			// starts again, so that Covered is the span since now, not a full window of
+			// ticks that hold nothing.
+			d.start = now
+		}
 	}
 	d.mu.Unlock()
 	if n == 0 {
@@ -290,12 +296,12 @@ func (k Key) Count(ranking int) uint64 {
 // Snapshot is the state of the window at one moment.
 type Snapshot struct {
 	At       time.Time
-	Covered  time.Duration // the span of traffic the counts cover (≤ the window)
+	Covered  time.Duration // the span of traffic the counts cover (≤ the window unless Advance is late)
 	Reads    uint64        // total reads in the window (exact sum of what was added)
 	Writes   uint64        // total writes in the window
 	Distinct uint64        // estimated distinct keys in the window
 	Keys     []Key         // the ranking's keys, heaviest first
-	TickSpan time.Duration // how much of the current tick has passed
+	TickSpan time.Duration // how much of the current tick has passed (> Tick when Advance is late)
 }
 
 // Rate returns count per second over the covered span.
@@ -383,18 +389,20 @@ func (d *Detector) Estimate(key []byte) (reads, writes uint64) {
 }
 
 // Covered returns the span of traffic the window holds at now: the full ticks before the
-// current one plus the current one so far, no more than since the first Advance, and at
+// current one plus the current one so far, no more than since the window started, and at
 // least one tick so that rates right after a start are not inflated; and how much of the
-// current tick has passed.
+// current tick has passed. When Advance runs late (the caller's loop lags), the current
+// tick holds everything since it began, so both spans are longer than Tick and the window:
+// rates stay rates over the time the counts really cover.
 func (d *Detector) Covered(now time.Time) (window, tick time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.start.IsZero() {
 		return d.opts.Tick, d.opts.Tick
 	}
-	tick = min(max(now.Sub(d.tickStart), 0), d.opts.Tick)
+	tick = max(now.Sub(d.tickStart), 0)
 	window = time.Duration(d.opts.Ticks-1)*d.opts.Tick + tick
-	window = min(window, now.Sub(d.start), d.opts.Window())
+	window = min(window, now.Sub(d.start))
 	return max(window, d.opts.Tick), tick
 }
 
