@@ -234,15 +234,26 @@ func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
 		// The API shows hashes; accept a hash back, or the real key.
 		key = a.unhash(v, now, key)
 	}
+	asked, truncated := key, false
 	if len(key) > a.opts.MaxKeyBytes {
-		key = key[:a.opts.MaxKeyBytes] // as Accept stored it
+		key, truncated = key[:a.opts.MaxKeyBytes], true // as Accept stored it
 	}
 	covered, _ := a.det.Covered(now)
 	reads, writes := a.det.Estimate([]byte(key))
+	l, ranked := v.level(key)
+	if reads == 0 && writes == 0 && !ranked && v.history[key] == nil && v.predicted[key] == nil && v.mitigations[key] == nil {
+		// The sketch never under-counts: no request of this key in the window, and nothing
+		// armed for it (a key an event predicts is shown before its traffic comes).
+		writeError(w, http.StatusNotFound, fmt.Sprintf("key %q: no requests in the last %v, no history, not predicted nor mitigated; the key is matched byte for byte (escape it in the path: /v1/keys/score%%3Amatch42)", asked, covered.Round(time.Millisecond)))
+		return
+	}
 	sec := covered.Seconds()
 	k := detector.Key{Key: key, Reads: reads, Writes: writes}
-	if l, ok := v.level(key); ok {
+	if ranked {
 		k.Flags = l.Key.Flags
+	}
+	if truncated {
+		k.Flags |= FlagTruncated
 	}
 	total := v.reads + v.writes
 	j := a.keyReply(v, k, float64(reads)/sec, float64(writes)/sec, total)

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/detector"
@@ -89,6 +91,19 @@ func (h *histories) add(now time.Time, levels []detector.Level) map[string][]Poi
 	return h.view
 }
 
+// countHot counts the hot keys among the evaluated ones. The tracker may hold more: a hot
+// key pushed out of the rankings stays hot there until it cools, but neither the API nor
+// the per-key series show it, so hotkeyd_hot_keys and hot_keys do not count it either.
+func countHot(levels []detector.Level) int {
+	n := 0
+	for _, l := range levels {
+		if l.Hot {
+			n++
+		}
+	}
+	return n
+}
+
 // loop evaluates the window every tick until ctx ends.
 func (a *Agent) loop(ctx context.Context) {
 	t := time.NewTicker(a.opts.Detector.Tick)
@@ -103,11 +118,38 @@ func (a *Agent) loop(ctx context.Context) {
 	}
 }
 
+// rankedSnapshot returns the combined ranking's snapshot with the keys of the read and
+// write rankings it lacks added, heaviest first: a key hot by writes alone (its threshold
+// is lower) may be outranked in the combined ranking by keys read more but not hot, and
+// must still be evaluated.
+func (a *Agent) rankedSnapshot(now time.Time) detector.Snapshot {
+	snap := a.det.Snapshot(now, detector.All, 0)
+	in := make(map[string]bool, len(snap.Keys))
+	for _, k := range snap.Keys {
+		in[k.Key] = true
+	}
+	n := len(snap.Keys)
+	for _, r := range []int{detector.Reads, detector.Writes} {
+		for _, k := range a.det.Snapshot(now, r, 0).Keys {
+			if !in[k.Key] {
+				in[k.Key] = true
+				snap.Keys = append(snap.Keys, k)
+			}
+		}
+	}
+	if len(snap.Keys) > n {
+		slices.SortStableFunc(snap.Keys, func(x, y detector.Key) int {
+			return cmp.Compare(y.Count(detector.All), x.Count(detector.All))
+		})
+	}
+	return snap
+}
+
 // evaluate turns the window into rates and hot states, records changes, starts the next
 // tick and publishes a new view. Only the loop (and Run, after the loop) calls it.
 func (a *Agent) evaluate() {
 	now := a.now()
-	snap := a.det.Snapshot(now, detector.All, 0)
+	snap := a.rankedSnapshot(now)
 	levels, changes := a.tracker.Update(&snap)
 	a.det.Advance(now)
 	a.refreshIndex(now)
@@ -134,7 +176,7 @@ func (a *Agent) evaluate() {
 		levels:   levels,
 		byKey:    make(map[string]int, len(levels)),
 		history:  a.history.add(now, levels),
-		hot:      a.tracker.Hot(),
+		hot:      countHot(levels),
 
 		mitigations: planEntries(a.planner.Active()),
 		planVersion: a.store.Current().Version,

@@ -68,7 +68,7 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		distinct: prometheus.NewDesc("hotkeyd_distinct_keys", "Estimated distinct keys in the window (HyperLogLog).", nil, nil),
 		hot:      prometheus.NewDesc("hotkeyd_hot_keys", "Keys currently hot.", nil, nil),
 		lag:      prometheus.NewDesc("hotkeyd_ingest_lag_seconds", "Age of the newest evaluated window: how far what the agent shows trails the samples it has taken.", nil, nil),
-		keysDesc: prometheus.NewDesc("hotkeyd_topk_keys", "Keys in the combined top-k ranking (the per-key series shown).", nil, nil),
+		keysDesc: prometheus.NewDesc("hotkeyd_topk_keys", "Keys evaluated: the combined top-k ranking and the keys of the read and write rankings it lacks (the per-key series shown).", nil, nil),
 
 		mitigations:   prometheus.NewDesc("hotkeyd_mitigations", "Active mitigations by kind and mode (observe ones included).", []string{"kind", "mode"}, nil),
 		planVersion:   prometheus.NewDesc("hotkeyd_plan_version", "Version of the current mitigation plan.", nil, nil),

@@ -35,6 +35,10 @@ func TestPredictedEventArmsBeforeTraffic(t *testing.T) {
 	if !ok || len(e.PredictedBy) != 1 || e.PredictedBy[0] != "final" {
 		t.Fatalf("plan %+v; want score:match42 armed with L1, predicted by final, before any sample", a.store.Current())
 	}
+	// The SRE looking the key up before the spike sees it armed, not a 404.
+	if k := decode[Key](t, do(t, h, "GET", "/v1/keys/score:match42", "")); len(k.PredictedBy) != 1 || len(k.Mitigations) == 0 {
+		t.Fatalf("GET /v1/keys/score:match42 before any sample: %+v; want predicted by final, with its mitigation", k)
+	}
 
 	c.add(4 * time.Second) // the start; traffic arrives
 	feedFrom(a, c, "score:match42", 20_000, 2*time.Second, true)
