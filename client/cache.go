@@ -109,7 +109,8 @@ type Cache struct {
 
 	base   context.Context // cancelled by Close: ends loads
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // load goroutines
+	cmu    sync.RWMutex   // guards the setting of closed against wg.Add: none after Close's Wait began
+	wg     sync.WaitGroup // load goroutines started before Close
 	closed atomic.Bool
 
 	size       atomic.Int64 // entries across shards, read by the hook's fast path
@@ -138,7 +139,7 @@ type shard struct {
 	ring  []*entry          // CLOCK order for eviction; entry.idx is its position
 	hand  int
 	bytes int64
-	gen   atomic.Uint64 // bumped (under mu) by every invalidation in the shard
+	gen   atomic.Uint64 // bumped (under mu) by retain when it drops entries of the shard
 
 	fmu     sync.Mutex         // guards flights; may be held while taking mu, never the reverse
 	flights map[string]*flight // loads in progress, by key
@@ -165,10 +166,15 @@ type value struct {
 
 // flight is a load in progress that callers of the same key wait for.
 type flight struct {
-	done chan struct{} // closed when val and err are set
-	val  *value
-	err  error
+	done    chan struct{} // closed when val and err are set
+	val     *value
+	err     error
+	dropped atomic.Bool // set (under the shard's fmu) by an invalidation of the key: do not cache
 }
+
+// errLoadExited is the error of a load whose function ended its goroutine without
+// returning (runtime.Goexit), which no recover can catch.
+var errLoadExited = errors.New("client: the load did not return (runtime.Goexit)")
 
 // ended is the done channel of a flight that has already ended.
 var ended = func() chan struct{} {
@@ -223,7 +229,7 @@ func newCache(o CacheOptions, sem chan struct{}) (*Cache, error) {
 		return nil, fmt.Errorf("client: Cache.MaxLoads %d: must be 0 (64) to 65536", o.MaxLoads)
 	}
 	c := &Cache{
-		maxEntries:  (cmp0(o.MaxEntries, DefaultMaxEntries) + cacheShards - 1) / cacheShards,
+		maxEntries:  cmp0(o.MaxEntries, DefaultMaxEntries) / cacheShards, // rounded down: the sum stays within MaxEntries
 		maxBytes:    cmp0(o.MaxBytes, DefaultMaxBytes) / cacheShards,
 		ttl:         cmp0(o.TTL, DefaultTTL),
 		hardFactor:  cmp0(o.HardFactor, DefaultHardFactor),
@@ -310,9 +316,12 @@ func (c *Cache) Stats() CacheStats {
 }
 
 // Close ends loads in progress (their callers get an error) and waits for them. Get
-// still works after Close, without caching and without background refreshes.
+// still works after Close, without caching and without background refreshes; a load it
+// starts then is not waited for and ends with its load function (within LoadTimeout).
 func (c *Cache) Close() error {
+	c.cmu.Lock()
 	c.closed.Store(true)
+	c.cmu.Unlock()
 	c.cancel()
 	c.wg.Wait()
 	return nil
@@ -397,11 +406,11 @@ func (c *Cache) resolve(ctx context.Context, s *shard, e *entry, v *value, state
 		return v, nil
 	case foundEarly:
 		c.hits.Add(1)
-		c.refresh(ctx, s, e, ttl, load, true)
+		c.refresh(ctx, s, e, v, ttl, load, true)
 		return v, nil
 	case foundStale:
 		c.stale.Add(1)
-		c.refresh(ctx, s, e, ttl, load, false)
+		c.refresh(ctx, s, e, v, ttl, load, false)
 		return v, nil
 	}
 	c.misses.Add(1)
@@ -417,15 +426,16 @@ func (c *Cache) resolve(ctx context.Context, s *shard, e *entry, v *value, state
 	}
 }
 
-// refresh starts one background load of e's key, unless one is running (the key's flight
-// is the only record of that: it is gone before the load's error is counted, so whoever
-// sees the count can start the next refresh); readers keep getting the value they have
-// meanwhile (and after a failed refresh, until its hard TTL).
-func (c *Cache) refresh(ctx context.Context, s *shard, e *entry, ttl time.Duration, load loader, early bool) {
+// refresh starts one background load of e's key to replace seen, unless one is running
+// (the key's flight is the only record of that: it is gone before the load's error is
+// counted, so whoever sees the count can start the next refresh) or seen has been
+// replaced already; readers keep getting the value they have meanwhile (and after a
+// failed refresh, until its hard TTL).
+func (c *Cache) refresh(ctx context.Context, s *shard, e *entry, seen *value, ttl time.Duration, load loader, early bool) {
 	if c.closed.Load() {
 		return
 	}
-	if _, leader := c.join(ctx, s, e.key, ttl, load, false); !leader {
+	if _, leader := c.joinSeen(ctx, s, e.key, seen, ttl, load, false); !leader {
 		return
 	}
 	c.refreshes.Add(1)
@@ -435,57 +445,81 @@ func (c *Cache) refresh(ctx context.Context, s *shard, e *entry, ttl time.Durati
 }
 
 // join returns the key's load in progress, or starts one; leader reports whether this
-// call started it. A miss that finds no load in progress looks in the cache once more
-// first: it may have looked before the last load stored its value and come here after that
-// load ended, and then it shares that load's value instead of loading again.
+// call started it. miss: see joinSeen.
 func (c *Cache) join(ctx context.Context, s *shard, key string, ttl time.Duration, load loader, miss bool) (f *flight, leader bool) {
+	return c.joinSeen(ctx, s, key, nil, ttl, load, miss)
+}
+
+// joinSeen is join for a read that found the value seen (nil for a miss). A miss that
+// finds no load in progress looks in the cache once more first: it may have looked before
+// the last load stored its value and come here after that load ended, and then it shares
+// that load's value instead of loading again. A refresh (not a miss) looks too: when the
+// key's value is no longer seen, a load ended since has replaced it, and no refresh is
+// started (f is nil).
+func (c *Cache) joinSeen(ctx context.Context, s *shard, key string, seen *value, ttl time.Duration, load loader, miss bool) (f *flight, leader bool) {
 	s.fmu.Lock()
 	if f := s.flights[key]; f != nil {
 		s.fmu.Unlock()
 		return f, false
 	}
+	// A load stores its value before it leaves flights (both in its goroutine, the
+	// second under fmu), so the value is visible here once the flight is gone.
 	if miss {
-		// A load stores its value before it leaves flights (both in its goroutine, the
-		// second under fmu), so the value is visible here once the flight is gone.
 		if v := s.fresh(key, c.since()); v != nil {
 			s.fmu.Unlock()
 			return &flight{done: ended, val: v}, false
 		}
+	} else if e := s.entry(key); e != nil && e.val.Load() != seen {
+		s.fmu.Unlock()
+		return nil, false
 	}
 	f = &flight{done: make(chan struct{})}
 	s.flights[key] = f
-	gen := s.gen.Load() // an invalidation after this point keeps the result out
+	gen := s.gen.Load() // a retain after this point keeps the result out; an invalidation sets f.dropped
 	s.fmu.Unlock()
 
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.loadTimeout)
 	stop := func() bool { return false }
-	if !c.closed.Load() { // a load started after Close is not ended by it: Get still works
+	// A load started after Close is neither ended nor waited for by it (Get still works,
+	// and a WaitGroup must not be added to while Wait may be returning); it ends within
+	// LoadTimeout.
+	c.cmu.RLock()
+	tracked := !c.closed.Load()
+	if tracked {
 		stop = context.AfterFunc(c.base, cancel) // Close ends the load
+		c.wg.Add(1)
 	}
-	c.wg.Add(1)
+	c.cmu.RUnlock()
 	go func() {
-		defer c.wg.Done()
+		if tracked {
+			defer c.wg.Done()
+		}
 		defer cancel()
 		defer stop()
-		f.val, f.err = c.load(lctx, s, key, gen, ttl, load)
-		s.fmu.Lock()
-		if s.flights[key] == f { // not forgotten by an invalidation
-			delete(s.flights, key)
-		}
-		s.fmu.Unlock()
-		if f.err != nil {
-			// Counted once the flight is gone, so that whoever sees the count can start
-			// the next load.
-			c.loadErrors.Add(1)
-		}
-		close(f.done)
+		// Deferred, so that the waiters are released and the key loads again even when
+		// load ends this goroutine without returning (runtime.Goexit).
+		f.err = errLoadExited
+		defer func() {
+			s.fmu.Lock()
+			if s.flights[key] == f { // not forgotten by an invalidation
+				delete(s.flights, key)
+			}
+			s.fmu.Unlock()
+			if f.err != nil {
+				// Counted once the flight is gone, so that whoever sees the count can start
+				// the next load.
+				c.loadErrors.Add(1)
+			}
+			close(f.done)
+		}()
+		f.val, f.err = c.load(lctx, s, f, key, gen, ttl, load)
 	}()
 	return f, true
 }
 
-// load runs load within the bulkhead and caches its value unless the key was invalidated
-// since gen.
-func (c *Cache) load(ctx context.Context, s *shard, key string, gen uint64, ttl time.Duration, load loader) (*value, error) {
+// load runs load within the bulkhead and caches its value unless f was dropped by an
+// invalidation of the key or retain dropped entries of the shard since gen.
+func (c *Cache) load(ctx context.Context, s *shard, f *flight, key string, gen uint64, ttl time.Duration, load loader) (*value, error) {
 	select {
 	case c.sem <- struct{}{}:
 	default:
@@ -496,10 +530,17 @@ func (c *Cache) load(ctx context.Context, s *shard, key string, gen uint64, ttl 
 			return nil, fmt.Errorf("client: waiting for a load slot (MaxLoads %d): %w", cap(c.sem), ctx.Err())
 		}
 	}
+	released := false
+	defer func() { // the slot goes back even when load does not return (runtime.Goexit)
+		if !released {
+			<-c.sem
+		}
+	}()
 	c.loads.Add(1)
 	start := c.since()
 	data, absent, err := callLoad(ctx, load)
 	end := c.since()
+	released = true
 	<-c.sem
 	if err != nil {
 		return nil, err
@@ -512,7 +553,7 @@ func (c *Cache) load(ctx context.Context, s *shard, key string, gen uint64, ttl 
 	v := &value{data: data, absent: absent, delta: max(end-start, 0), early: time.Duration(d / 10),
 		soft: start + time.Duration(d), hard: start + time.Duration(d*c.hardFactor)}
 	if !c.closed.Load() {
-		c.store(s, key, gen, v)
+		c.store(s, f, key, gen, v)
 	}
 	return v, nil
 }
@@ -528,14 +569,17 @@ func callLoad(ctx context.Context, load loader) (data string, absent bool, err e
 	return load(ctx)
 }
 
-// store caches v for key unless the shard saw an invalidation since gen, then evicts
-// entries until the shard is within its bounds. A value too large to cache replaces the
-// key's older value by nothing.
-func (c *Cache) store(s *shard, key string, gen uint64, v *value) {
+// store caches v, the result of f, for key unless an invalidation of the key dropped f
+// or retain dropped entries of the shard since gen, then evicts entries until the shard
+// is within its bounds. A value too large to cache replaces the key's older value by
+// nothing.
+func (c *Cache) store(s *shard, f *flight, key string, gen uint64, v *value) {
 	size := int64(len(key)+len(v.data)) + entryOverhead
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gen.Load() != gen {
+	// invalidate sets f.dropped before it takes mu to remove the key's entry: either this
+	// sees the flag, or the invalidation, coming after, removes what this stores.
+	if f.dropped.Load() || s.gen.Load() != gen {
 		return
 	}
 	if size > c.maxBytes {
@@ -603,6 +647,7 @@ func (c *Cache) invalidate(key string) {
 	s.fmu.Lock()
 	f := s.flights[key]
 	if f != nil {
+		f.dropped.Store(true) // its value, read before the write, is not cached
 		delete(s.flights, key)
 	}
 	// Looked up after the flights, under fmu: a load stores its value before it leaves
@@ -613,7 +658,6 @@ func (c *Cache) invalidate(key string) {
 		return
 	}
 	s.mu.Lock()
-	s.gen.Add(1)
 	if e := s.m[key]; e != nil {
 		c.remove(s, e)
 		c.invals.Add(1)
