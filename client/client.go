@@ -98,6 +98,7 @@ type Client struct {
 	l1       *Cache // the plan's L1 keys, filled by the hook
 	aside    *Cache // Get's keys
 	counter  *Counter
+	nodes    *nodeHooks // with a ClusterClient: its node clients' hooks; else nil
 	now      func() time.Time
 	rand     func() uint64
 	log      *slog.Logger
@@ -125,9 +126,11 @@ type Client struct {
 // hook and the plan hook to rdb (a *redis.Client or *redis.ClusterClient) and starts
 // following the agent's plan in the background. It fails only on invalid options; an
 // agent that is away is not an error (rdb behaves as plain Redis until a plan comes).
+// With a *redis.ClusterClient it also hooks every node client, for the transactions of
+// ClusterClient.Watch (see the package documentation).
 //
 // go-redis cannot remove hooks: after Close they stay installed and pass every command
-// through unchanged.
+// through unchanged; a ClusterClient's node clients made after Close get none.
 func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("client: Attach: rdb is nil; pass a *redis.Client or *redis.ClusterClient")
@@ -200,6 +203,11 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 			return nil, fmt.Errorf("client: Registry: %w", err)
 		}
 	}
+	cc, _ := rdb.(*redis.ClusterClient)
+	if cc != nil {
+		c.nodes = &nodeHooks{seen: make(map[*redis.Client]struct{})}
+		cc.OnNewNode(c.hookNode) // before the existing nodes are looked for: none is missed
+	}
 	if c.reporter != nil {
 		rdb.AddHook(c.reporter.Hook()) // outermost: it sees each command as the app sent it
 	}
@@ -208,9 +216,91 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	c.cancel = cancel
 	go func() {
 		defer close(c.done)
+		var retry chan struct{}
+		if cc != nil && !c.hookExistingNodes(ctx, cc) {
+			retry = make(chan struct{})
+			go func() {
+				defer close(retry)
+				c.retryHookExistingNodes(ctx, cc)
+			}()
+		}
 		c.follower.run(ctx)
+		if retry != nil {
+			<-retry
+		}
 	}()
 	return c, nil
+}
+
+// nodeHooks tracks the node clients of a ClusterClient that have c's nodeHook.
+type nodeHooks struct {
+	mu sync.Mutex // guards seen and hooked
+	// seen holds the node clients hooked until the ones that existed at Attach have
+	// all been found (OnNewNode and ForEachShard may both name a node made meanwhile);
+	// nil after that, when only OnNewNode hooks nodes, each once.
+	seen   map[*redis.Client]struct{}
+	hooked int // node clients hooked, for tests
+}
+
+// hookNode installs c's nodeHook on a node client of the ClusterClient, once. After
+// Close it installs nothing (go-redis keeps the OnNewNode callback).
+func (c *Client) hookNode(n *redis.Client) {
+	h := c.nodes
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen != nil {
+		if _, ok := h.seen[n]; ok {
+			return
+		}
+		h.seen[n] = struct{}{}
+	}
+	if c.closed.Load() {
+		return
+	}
+	n.AddHook(nodeHook{c})
+	h.hooked++
+}
+
+// hookExistingNodes hooks the node clients cc made before Attach, and reports whether
+// it found them: go-redis makes them lazily and calls OnNewNode only for nodes made
+// later. ForEachShard reloads the cluster's slots (one CLUSTER SLOTS, bounded by the
+// load timeout), or falls back on the slots it holds, and names every primary and
+// replica in them. It fails only when cc has never loaded the slots; cc may then hold
+// node clients for the seed addresses.
+func (c *Client) hookExistingNodes(ctx context.Context, cc *redis.ClusterClient) bool {
+	lctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	err := cc.ForEachShard(lctx, func(_ context.Context, n *redis.Client) error {
+		c.hookNode(n)
+		return nil
+	})
+	if err != nil {
+		return false
+	}
+	c.nodes.mu.Lock()
+	c.nodes.seen = nil
+	c.nodes.mu.Unlock()
+	return true
+}
+
+// retryHookExistingNodes calls hookExistingNodes with a backoff of 1s doubling to 30s
+// until it succeeds or ctx ends.
+func (c *Client) retryHookExistingNodes(ctx context.Context, cc *redis.ClusterClient) {
+	backoff := backoffMin
+	t := time.NewTimer(backoff)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c.hookExistingNodes(ctx, cc) {
+			return
+		}
+		backoff = min(2*backoff, backoffMax)
+		t.Reset(backoff)
+	}
 }
 
 func (c *Client) reporterClose() {

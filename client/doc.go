@@ -70,14 +70,27 @@
 // version (at most the agent's renewal period, 30s by default). So does a write whose
 // outcome is unknown (timeout) or whose copying failed. In a plain pipeline, reads go to
 // the original and single-key writes are mirrored after the pipeline. On a connection in
-// MULTI or with keys watched (a Conn, or the Tx of Client.Watch), every read goes to
-// Redis and to the original, never to L1 or a copy. Not with a ClusterClient's Watch:
-// go-redis runs its transaction on a node's own client, which has no hooks, so its writes
-// neither drop this client's L1 values nor stop its copy reads (a known limitation: the
-// app may read its own write late by up to the L1 TTL, or the copies until the agent's
-// next refresh). A write of a split key whose context
-// ends while it waits for an earlier write of a key of its stripe returns the context's
-// error unsent.
+// MULTI or with keys watched (a Conn, or the Tx of Client.Watch or ClusterClient.Watch),
+// every read goes to Redis and to the original, never to L1 or a copy. A write of a
+// split key whose context ends while it waits for an earlier write of a key of its
+// stripe returns the context's error unsent.
+//
+// With a ClusterClient, go-redis sends each command through the client of the node it
+// goes to, and runs Watch's transaction on a Tx of that node client, which does not pass
+// the ClusterClient's hooks. So Attach also adds a hook to every node client, primaries
+// and replicas: to those the ClusterClient makes later (OnNewNode) and to those it
+// already holds, which Attach finds with ForEachShard (one CLUSTER SLOTS, in the
+// background, before it starts following the plan). That hook applies the rules above
+// to the commands that did not pass the ClusterClient's hooks, Watch's transactions and
+// app code using a node client directly (ForEachShard, MasterForKey): their writes drop
+// this client's L1 values of their keys, before and after, and are mirrored to the
+// copies or turn the key's copy reads off (inside MULTI) as on a Client; their reads go
+// to the node, never to L1 or a copy. So a GET through the ClusterClient after Watch
+// has returned sees the transaction's write. Every other command is processed once,
+// by the ClusterClient's hook. Limits: a node client made before Attach by a
+// ClusterClient that has never loaded the cluster's slots (Redis unreachable) is hooked
+// only when Attach's retry (1s doubling to 30s) finds it; the reporter does not sample
+// the commands of Watch's transactions.
 //
 // Counters (entries of kinds sharded_counter and batched_counter) are not applied by the
 // hook: they change what INCR returns, so they have an explicit API, Client.Counter:

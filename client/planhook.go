@@ -28,6 +28,24 @@ func internal(ctx context.Context) context.Context {
 	return context.WithValue(ctx, internalKey{}, true)
 }
 
+// appliedKey marks the contexts of the commands the plan hook of c, attached to a
+// ClusterClient, has applied the plan to: c's node hooks pass them through, so that no
+// command is processed twice. Each Client has its own key, so that two Clients attached
+// to one ClusterClient each apply the plan once.
+type appliedKey struct{ c *Client }
+
+// applied returns ctx marked as seen by c's plan hook when c follows a ClusterClient,
+// ctx itself otherwise (a plain Client has no node hooks, and needs no mark).
+func (c *Client) applied(ctx context.Context) context.Context {
+	if c.nodes == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, appliedKey{c}, true)
+}
+
+// isApplied reports whether c's plan hook has applied the plan to the commands of ctx.
+func (c *Client) isApplied(ctx context.Context) bool { return ctx.Value(appliedKey{c}) != nil }
+
 // planHook applies the plan to each command: L1 for GET, reads from copies, writes to
 // the original and its copies.
 type planHook struct{ c *Client }
@@ -46,7 +64,7 @@ func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	var sess session
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if sess.track(cmd) {
-			return c.processSession(ctx, cmd, &sess, next)
+			return c.processSession(c.applied(ctx), cmd, &sess, next)
 		}
 		ix := c.follower.cur.Load()
 		if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 || c.closed.Load() || isInternal(ctx) {
@@ -54,6 +72,93 @@ func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return c.process(ctx, cmd, ix, next)
 	}
+}
+
+// nodeHook is the hook Attach installs on every node client of a ClusterClient (the
+// *redis.Client go-redis keeps per node), for the commands that reach a node without
+// passing the ClusterClient's hooks: the transaction of ClusterClient.Watch, which
+// go-redis runs on a Tx of the node's client, and app code using a node client directly
+// (ForEachShard, MasterForKey). It applies the rules of a transaction on a plain
+// Client: writes drop the L1 values of their keys before and after, and are mirrored
+// to the copies as process and ProcessPipelineHook do, or turn the key's copy reads off
+// until the next plan (inside MULTI); reads go to the node, never to L1 or a copy.
+//
+// Every ordinary command of the ClusterClient passes a node client's hooks too, after
+// the plan hook: the node hook passes through those the plan hook marked (applied:
+// writes, pipelines, sessions) and reads, which it never changes. A command the plan
+// hook let through unmarked because it held no plan then is processed here if a plan
+// arrived in between, so once either way.
+type nodeHook struct{ c *Client }
+
+// DialHook returns next.
+func (nodeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook applies the transaction rules to a command that did not pass the plan
+// hook. As for planHook, go-redis builds a chain for each Tx, so sess follows the
+// MULTI and WATCH of one Tx.
+func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	c := h.c
+	var sess session
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := cmdName(cmd)
+		if len(name) >= 4 && len(name) <= 7 && sessionName(name) || sess.multi.Load() || sess.watch.Load() {
+			// The plan hook marks the session commands it sees (an app's Do("multi")
+			// on the ClusterClient): they must not start a session of the node client.
+			if c.isApplied(ctx) || isInternal(ctx) {
+				return next(ctx, cmd)
+			}
+			if sess.track(cmd) {
+				return c.processSession(ctx, cmd, &sess, next)
+			}
+		}
+		ix := c.follower.cur.Load()
+		if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 || c.closed.Load() ||
+			isRead(name) || c.isApplied(ctx) || isInternal(ctx) {
+			return next(ctx, cmd)
+		}
+		return c.process(ctx, cmd, ix, next) // a write or an unknown command: no L1, no copy
+	}
+}
+
+// cmdName returns the name of cmd as go-redis sends it.
+func cmdName(cmd redis.Cmder) string {
+	if args := cmd.Args(); len(args) > 0 {
+		name, _ := args[0].(string)
+		return name
+	}
+	return ""
+}
+
+// sessionName reports whether name is one of the commands session.track follows.
+func sessionName(name string) bool {
+	for _, s := range [...]string{"multi", "watch", "unwatch", "exec", "discard", "reset"} {
+		if strings.EqualFold(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// ProcessPipelineHook applies the plan to a pipeline or transaction that did not pass
+// the plan hook (a Tx's TxPipelined), as planHook's does.
+func (h nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	c := h.c
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if c.isApplied(ctx) {
+			return next(ctx, cmds)
+		}
+		return c.processPipeline(ctx, cmds, next)
+	}
+}
+
+// isRead reports whether the command named name is a read in the command table, which
+// process may answer from L1 or a copy.
+func isRead(name string) bool {
+	if name == "get" { // as go-redis spells it: the hot path, without a table lookup
+		return true
+	}
+	spec, ok := sampler.LookupCommand([]byte(name))
+	return ok && spec.Op == sampler.OpRead
 }
 
 // session is the state of a connection that sent MULTI (its commands are queued and run
@@ -139,55 +244,61 @@ func (c *Client) processSession(ctx context.Context, cmd redis.Cmder, s *session
 func (h planHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	c := h.c
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		ix := c.follower.cur.Load()
-		if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 || c.closed.Load() || isInternal(ctx) {
-			return next(ctx, cmds)
-		}
-		tx := len(cmds) > 0 && cmds[0].Name() == "multi"
-		now := c.now()
-		type written struct {
-			key string
-			kp  *keyPlan
-			cmd redis.Cmder
-		}
-		var toCopy []written
-		var keys []string
-		for _, cmd := range cmds {
-			w := c.classify(cmd)
-			if !w.write {
-				continue
-			}
-			for _, key := range w.keys {
-				keys = append(keys, key)
-				kp := ix.lookup(key)
-				if kp == nil || !kp.split(now) {
-					continue
-				}
-				if tx || !w.mirrorable {
-					c.unmirrored.Add(1)
-					kp.noCopies.Store(true)
-					continue
-				}
-				toCopy = append(toCopy, written{key, kp, cmd})
-			}
-		}
-		c.invalidate(ix, keys)
-		err := next(ctx, cmds)
-		c.invalidate(ix, keys)
-		for _, w := range toCopy {
-			st := c.stripe(w.key)
-			if st.lock(ctx) != nil {
-				// The write is done but ctx ended before its copying could start: this
-				// client reads the key from the original until the next plan.
-				w.kp.noCopies.Store(true)
-				c.mirrorErrors.Add(1)
-				continue
-			}
-			c.afterWrite(ctx, w.key, w.kp, w.cmd.Err())
-			st.unlock()
-		}
-		return err
+		return c.processPipeline(ctx, cmds, next)
 	}
+}
+
+// processPipeline applies the plan to a pipeline or transaction (see ProcessPipelineHook).
+func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+	ix := c.follower.cur.Load()
+	if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 || c.closed.Load() || isInternal(ctx) {
+		return next(ctx, cmds)
+	}
+	ctx = c.applied(ctx)
+	tx := len(cmds) > 0 && cmds[0].Name() == "multi"
+	now := c.now()
+	type written struct {
+		key string
+		kp  *keyPlan
+		cmd redis.Cmder
+	}
+	var toCopy []written
+	var keys []string
+	for _, cmd := range cmds {
+		w := c.classify(cmd)
+		if !w.write {
+			continue
+		}
+		for _, key := range w.keys {
+			keys = append(keys, key)
+			kp := ix.lookup(key)
+			if kp == nil || !kp.split(now) {
+				continue
+			}
+			if tx || !w.mirrorable {
+				c.unmirrored.Add(1)
+				kp.noCopies.Store(true)
+				continue
+			}
+			toCopy = append(toCopy, written{key, kp, cmd})
+		}
+	}
+	c.invalidate(ix, keys)
+	err := next(ctx, cmds)
+	c.invalidate(ix, keys)
+	for _, w := range toCopy {
+		st := c.stripe(w.key)
+		if st.lock(ctx) != nil {
+			// The write is done but ctx ended before its copying could start: this
+			// client reads the key from the original until the next plan.
+			w.kp.noCopies.Store(true)
+			c.mirrorErrors.Add(1)
+			continue
+		}
+		c.afterWrite(ctx, w.key, w.kp, w.cmd.Err())
+		st.unlock()
+	}
+	return err
 }
 
 // lookup returns the plan of key, nil when it has none.
@@ -358,6 +469,7 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 	if !w.write {
 		return next(ctx, cmd)
 	}
+	ctx = c.applied(ctx)
 	now := c.now()
 	var split *keyPlan
 	nsplit := 0

@@ -1,0 +1,66 @@
+package client
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/mitigate"
+)
+
+// benchClusterClient is a Client attached to a ClusterClient that talks to nothing (it
+// knows no slots, so it dials no node), with plan p installed directly.
+func benchClusterClient(b *testing.B, entries ...mitigate.Entry) *Client {
+	b.Helper()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"},
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) { return nil, nil }})
+	b.Cleanup(func() { rdb.Close() })
+	c, err := Attach(rdb, Options{Agent: "http://127.0.0.1:1", NoReports: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	c.follower.cur.Store(newPlanIndex(mitigate.Plan{Version: 1, Generated: planNow, Primaries: 3, Entries: entries}, time.Now()))
+	return c
+}
+
+// clusterChain is the hook chain of a ClusterClient's command: its plan hook, then the
+// node client's hook, then Redis (redisNext).
+func clusterChain(c *Client) redis.ProcessHook {
+	return planHook{c}.ProcessHook(nodeHook{c}.ProcessHook(redisNext))
+}
+
+// BenchmarkClusterPlanHook measures what the hooks add to a command of a ClusterClient,
+// with a stand-in for Redis at the end of the chain: the plan hook of the ClusterClient
+// and, below it, the hook of the node client the command goes to (clusterChain). The
+// cases are those of BenchmarkPlanHook.
+func BenchmarkClusterPlanHook(b *testing.B) {
+	ctx := context.Background()
+	plan := []mitigate.Entry{
+		l1Entry("score:match42", time.Hour, time.Hour),
+		copiesEntry("feed:home", copyNames("feed:home", 3), time.Hour),
+	}
+	run := func(b *testing.B, process redis.ProcessHook, cmd redis.Cmder) {
+		b.ReportAllocs()
+		for b.Loop() {
+			benchSink = process(ctx, cmd)
+		}
+	}
+	miss := redis.NewStringCmd(ctx, "get", "user:42")
+	b.Run("no-plan", func(b *testing.B) {
+		c := benchClusterClient(b)
+		c.follower.cur.Store(nil)
+		run(b, clusterChain(c), miss)
+	})
+	b.Run("miss-path", func(b *testing.B) {
+		run(b, clusterChain(benchClusterClient(b, plan...)), miss)
+	})
+	b.Run("write-path", func(b *testing.B) {
+		run(b, clusterChain(benchClusterClient(b, plan...)), redis.NewStatusCmd(ctx, "set", "user:42", "v"))
+	})
+	b.Run("hit", func(b *testing.B) {
+		run(b, clusterChain(benchClusterClient(b, plan...)), redis.NewStringCmd(ctx, "get", "score:match42"))
+	})
+}
