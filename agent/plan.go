@@ -18,7 +18,8 @@ import (
 
 // PlanKey and PlanChannel are where the agent publishes each new plan in Redis, when a
 // Redis address is configured: the plan's JSON is stored under PlanKey and published on
-// PlanChannel, so that clients and other agents converge even while one agent restarts.
+// PlanChannel, for operators and tools to read. With several agents on one Redis the key
+// holds the plan published last; SDK clients follow their own agent's plan over HTTP.
 const (
 	PlanKey     = "hotkeyd:plan"
 	PlanChannel = "hotkeyd:plan"
