@@ -1,7 +1,6 @@
 package redistest
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -62,24 +61,9 @@ func (s *Server) Kill() {
 // when the test ends.
 func (c *Cluster) AddReplica(t testing.TB, primary *Server) *Server {
 	t.Helper()
-	bin := lookPath(t, "redis-server")
-	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "5000"}
-	var node *Server
-	var lastErr error
-	for attempt := 0; attempt < 8 && node == nil; attempt++ {
-		port, err := freePort(true)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		node, lastErr = launch(t, bin, port, "", args)
-		if lastErr != nil && !errors.Is(lastErr, errPortTaken) {
-			break
-		}
-	}
-	if node == nil {
-		t.Fatalf("redistest: start replica node: %v", lastErr)
+	node, err := launchClusterNode(t, lookPath(t, "redis-server"))
+	if err != nil {
+		t.Fatalf("redistest: start replica node: %v", err)
 	}
 	if _, err := command(primary.addr, "", "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(node.port)); err != nil {
 		t.Fatalf("redistest: CLUSTER MEET %s: %v", node.addr, err)

@@ -121,6 +121,29 @@ type Cluster struct {
 	replicas []*Server // added by AddReplica
 }
 
+// launchClusterNode starts a redis-server with cluster support on a free port (and a
+// free bus port), trying other ports while the one it picked is taken meanwhile.
+func launchClusterNode(t testing.TB, bin string) (*Server, error) {
+	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "5000"}
+	var lastErr error
+	for range 8 {
+		port, err := freePort(true)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		node, err := launch(t, bin, port, "", args)
+		if err == nil {
+			return node, nil
+		}
+		if lastErr = err; !errors.Is(err, errPortTaken) {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
 // Addrs returns the primaries' "127.0.0.1:port" addresses.
 func (c *Cluster) Addrs() []string {
 	addrs := make([]string, len(c.nodes))
@@ -146,24 +169,10 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	bin := lookPath(t, "redis-server")
 	cli := lookPath(t, "redis-cli")
 	c := &Cluster{}
-	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "5000"}
 	for len(c.nodes) < n {
-		var node *Server
-		var lastErr error
-		for attempt := 0; attempt < 8 && node == nil; attempt++ {
-			port, err := freePort(true)
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			node, lastErr = launch(t, bin, port, "", args)
-			if lastErr != nil && !errors.Is(lastErr, errPortTaken) {
-				break
-			}
-		}
-		if node == nil {
-			t.Fatalf("redistest: start cluster node %d: %v", len(c.nodes), lastErr)
+		node, err := launchClusterNode(t, bin)
+		if err != nil {
+			t.Fatalf("redistest: start cluster node %d: %v", len(c.nodes), err)
 		}
 		c.nodes = append(c.nodes, node)
 	}
