@@ -44,34 +44,16 @@ var benchSink error
 // name, with a plan of L1 and copies entries for other keys; "write-path" a SET of such a
 // key; "hit" a GET answered from L1; "hit-parallel" the same from all cores.
 func BenchmarkPlanHook(b *testing.B) {
-	ctx := context.Background()
-	plan := []mitigate.Entry{
-		l1Entry("score:match42", time.Hour, time.Hour),
-		copiesEntry("feed:home", copyNames("feed:home", 3), time.Hour),
-	}
-	run := func(b *testing.B, process redis.ProcessHook, cmd redis.Cmder) {
+	b.Run("baseline", func(b *testing.B) {
 		b.ReportAllocs()
+		cmd := redis.NewStringCmd(context.Background(), "get", "user:42")
 		for b.Loop() {
-			benchSink = process(ctx, cmd)
+			benchSink = redisNext(context.Background(), cmd)
 		}
-	}
-	miss := redis.NewStringCmd(ctx, "get", "user:42")
-	b.Run("baseline", func(b *testing.B) { run(b, redisNext, miss) })
-	b.Run("no-plan", func(b *testing.B) {
-		c := benchClient(b)
-		c.follower.cur.Store(nil)
-		run(b, planHook{c}.ProcessHook(redisNext), miss)
 	})
-	b.Run("miss-path", func(b *testing.B) {
-		run(b, planHook{benchClient(b, plan...)}.ProcessHook(redisNext), miss)
-	})
-	b.Run("write-path", func(b *testing.B) {
-		run(b, planHook{benchClient(b, plan...)}.ProcessHook(redisNext), redis.NewStatusCmd(ctx, "set", "user:42", "v"))
-	})
-	b.Run("hit", func(b *testing.B) {
-		process := planHook{benchClient(b, plan...)}.ProcessHook(redisNext)
-		run(b, process, redis.NewStringCmd(ctx, "get", "score:match42"))
-	})
+	benchHookCases(b, benchClient, func(c *Client) redis.ProcessHook { return planHook{c}.ProcessHook(redisNext) })
+	ctx := context.Background()
+	plan := hookBenchPlan()
 	b.Run("hit-parallel", func(b *testing.B) {
 		process := planHook{benchClient(b, plan...)}.ProcessHook(redisNext)
 		process(ctx, redis.NewStringCmd(ctx, "get", "score:match42"))
@@ -84,6 +66,42 @@ func BenchmarkPlanHook(b *testing.B) {
 			}
 			_ = err
 		})
+	})
+}
+
+// hookBenchPlan is the plan of the hook benchmarks: an L1 entry and a split key, neither
+// of them the key of the miss and write cases.
+func hookBenchPlan() []mitigate.Entry {
+	return []mitigate.Entry{
+		l1Entry("score:match42", time.Hour, time.Hour),
+		copiesEntry("feed:home", copyNames("feed:home", 3), time.Hour),
+	}
+}
+
+// benchHookCases runs the cases BenchmarkPlanHook and BenchmarkClusterPlanHook share,
+// each through chain(c): the hooks of a client c made by newClient, down to a stand-in
+// for Redis.
+func benchHookCases(b *testing.B, newClient func(*testing.B, ...mitigate.Entry) *Client, chain func(*Client) redis.ProcessHook) {
+	ctx := context.Background()
+	plan := hookBenchPlan()
+	run := func(b *testing.B, process redis.ProcessHook, cmd redis.Cmder) {
+		b.ReportAllocs()
+		for b.Loop() {
+			benchSink = process(ctx, cmd)
+		}
+	}
+	miss := redis.NewStringCmd(ctx, "get", "user:42")
+	b.Run("no-plan", func(b *testing.B) {
+		c := newClient(b)
+		c.follower.cur.Store(nil)
+		run(b, chain(c), miss)
+	})
+	b.Run("miss-path", func(b *testing.B) { run(b, chain(newClient(b, plan...)), miss) })
+	b.Run("write-path", func(b *testing.B) {
+		run(b, chain(newClient(b, plan...)), redis.NewStatusCmd(ctx, "set", "user:42", "v"))
+	})
+	b.Run("hit", func(b *testing.B) {
+		run(b, chain(newClient(b, plan...)), redis.NewStringCmd(ctx, "get", "score:match42"))
 	})
 }
 

@@ -37,30 +37,5 @@ func clusterChain(c *Client) redis.ProcessHook {
 // and, below it, the hook of the node client the command goes to (clusterChain). The
 // cases are those of BenchmarkPlanHook.
 func BenchmarkClusterPlanHook(b *testing.B) {
-	ctx := context.Background()
-	plan := []mitigate.Entry{
-		l1Entry("score:match42", time.Hour, time.Hour),
-		copiesEntry("feed:home", copyNames("feed:home", 3), time.Hour),
-	}
-	run := func(b *testing.B, process redis.ProcessHook, cmd redis.Cmder) {
-		b.ReportAllocs()
-		for b.Loop() {
-			benchSink = process(ctx, cmd)
-		}
-	}
-	miss := redis.NewStringCmd(ctx, "get", "user:42")
-	b.Run("no-plan", func(b *testing.B) {
-		c := benchClusterClient(b)
-		c.follower.cur.Store(nil)
-		run(b, clusterChain(c), miss)
-	})
-	b.Run("miss-path", func(b *testing.B) {
-		run(b, clusterChain(benchClusterClient(b, plan...)), miss)
-	})
-	b.Run("write-path", func(b *testing.B) {
-		run(b, clusterChain(benchClusterClient(b, plan...)), redis.NewStatusCmd(ctx, "set", "user:42", "v"))
-	})
-	b.Run("hit", func(b *testing.B) {
-		run(b, clusterChain(benchClusterClient(b, plan...)), redis.NewStringCmd(ctx, "get", "score:match42"))
-	})
+	benchHookCases(b, benchClusterClient, clusterChain)
 }

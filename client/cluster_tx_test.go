@@ -57,18 +57,7 @@ func TestClusterWatchWrite(t *testing.T) {
 						t.Fatalf("GET %s = %q; want 1", key, v)
 					}
 					for i := 2; i <= 4; i++ {
-						err := rdb.Watch(ctx, func(tx *redis.Tx) error {
-							n, err := tx.Get(ctx, key).Int()
-							if err != nil {
-								return err
-							}
-							_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-								p.Set(ctx, key, n+1, 0)
-								return nil
-							})
-							return err
-						}, key)
-						if err != nil {
+						if err := incrInWatch(ctx, rdb, key); err != nil {
 							t.Fatalf("Watch %d: %v", i, err)
 						}
 						if v := rdb.Get(ctx, key).Val(); v != string(rune('0'+i)) {

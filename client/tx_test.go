@@ -50,18 +50,7 @@ func TestWatchReadsOriginal(t *testing.T) {
 	ctx := context.Background()
 	for _, key := range []string{"w:l1", "w:split"} {
 		t.Run(key, func(t *testing.T) {
-			err := rdb.Watch(ctx, func(tx *redis.Tx) error {
-				n, err := tx.Get(ctx, key).Int()
-				if err != nil {
-					return err
-				}
-				_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					p.Set(ctx, key, n+1, 0)
-					return nil
-				})
-				return err
-			}, key)
-			if err != nil {
+			if err := incrInWatch(ctx, rdb, key); err != nil {
 				t.Fatalf("Watch: %v", err)
 			}
 			if v := plain.Get(ctx, key).Val(); v != "6" {
@@ -150,4 +139,22 @@ func TestSplitWriteHonorsContext(t *testing.T) {
 	if firstErr != nil {
 		t.Fatalf("first SET: %v", firstErr)
 	}
+}
+
+// incrInWatch adds one to key in an optimistic transaction, as apps do: WATCH, GET, then
+// SET in MULTI/EXEC.
+func incrInWatch(ctx context.Context, rdb interface {
+	Watch(context.Context, func(*redis.Tx) error, ...string) error
+}, key string) error {
+	return rdb.Watch(ctx, func(tx *redis.Tx) error {
+		n, err := tx.Get(ctx, key).Int()
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, key, n+1, 0)
+			return nil
+		})
+		return err
+	}, key)
 }
