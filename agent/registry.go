@@ -13,8 +13,10 @@ import (
 	"github.com/hotkeyd/hotkeyd/registry"
 )
 
-// maxEventBytes bounds a registry event document.
-const maxEventBytes = 64 << 10
+// maxEventBytes bounds a registry event document: what registry.DecodeEvent reads, so
+// that every event within the documented limits (256 patterns of 1024 bytes and more)
+// can be sent.
+const maxEventBytes = registry.MaxEventJSON
 
 // events holds the agent's view of the registry: the store, the index built from it, and
 // the tracker of prediction against reality. Only the evaluation loop writes index and
@@ -24,12 +26,16 @@ type events struct {
 	tracker   *registry.Tracker
 	version   uint64    // store version the index was built from
 	loaded    bool      // the index was built from the store at least once
+	partial   bool      // the index left out stored events that could not be read
 	checked   time.Time // last time the store version was read
 	lastError string    // last index error logged, to log each once
 }
 
 // refreshIndex rebuilds the index when the store changed, reading its version at most
-// once a second (a Redis store costs a round trip).
+// once a second (a Redis store costs a round trip). Stored events the store cannot read
+// (registry.ErrUnreadable) do not hide the others: the index is built from the readable
+// ones, the error is logged once, and the store is listed again at every check until it
+// reads whole.
 func (a *Agent) refreshIndex(now time.Time) {
 	ev := &a.events
 	if now.Sub(ev.checked) < time.Second {
@@ -43,18 +49,30 @@ func (a *Agent) refreshIndex(now time.Time) {
 		a.log.Warn("registry: reading the version", "err", err)
 		return
 	}
-	if v == ev.version && ev.loaded {
+	if v == ev.version && ev.loaded && !ev.partial {
 		return
 	}
 	list, err := ev.store.List(ctx)
-	if err == nil {
-		var x *registry.Index
-		if x, err = registry.NewIndex(list, registry.IndexOptions{CoolDown: a.coolDown()}); err == nil {
+	partial := errors.Is(err, registry.ErrUnreadable)
+	if err == nil || partial {
+		x, ierr := registry.NewIndex(list, registry.IndexOptions{CoolDown: a.coolDown()})
+		if ierr == nil {
 			a.index.Store(x)
-			ev.version, ev.loaded = v, true
-			a.log.Info("registry loaded", "events", x.Len(), "version", v)
+			if v != ev.version || !ev.loaded || partial != ev.partial {
+				a.log.Info("registry loaded", "events", x.Len(), "version", v)
+			}
+			ev.version, ev.loaded, ev.partial = v, true, partial
+			if !partial {
+				ev.lastError = ""
+				return
+			}
+			if err.Error() != ev.lastError {
+				a.log.Error("registry: some stored events cannot be read; arming the others", "err", err)
+				ev.lastError = err.Error()
+			}
 			return
 		}
+		err = ierr
 	}
 	if err.Error() != ev.lastError {
 		a.log.Error("registry: keeping the previous events", "err", err)
@@ -142,14 +160,19 @@ func (a *Agent) registryAPI(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case id == "" && r.Method == http.MethodGet:
 		list, err := a.events.store.List(ctx)
-		if err != nil {
+		if err != nil && !errors.Is(err, registry.ErrUnreadable) {
 			writeError(w, http.StatusServiceUnavailable, "registry: "+err.Error())
 			return
 		}
 		if list == nil {
 			list = []registry.Event{}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"events": list})
+		reply := map[string]any{"events": list}
+		if err != nil {
+			// The readable events, and which ones could not be read.
+			reply["unreadable"] = err.Error()
+		}
+		writeJSON(w, http.StatusOK, reply)
 	case id == "" && r.Method == http.MethodPost:
 		e, ok := a.decodeEvent(w, r)
 		if !ok {
@@ -228,8 +251,13 @@ func (a *Agent) hideKeys(r *registry.Report) {
 
 func (a *Agent) decodeEvent(w http.ResponseWriter, r *http.Request) (registry.Event, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxEventBytes))
-	if err != nil {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: over %d bytes; an event is a small JSON document", maxEventBytes))
+		return registry.Event{}, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("body: reading it: %v", err))
 		return registry.Event{}, false
 	}
 	e, err := registry.DecodeEvent(body)

@@ -154,9 +154,14 @@ type wireEvent struct {
 // misspelt field would otherwise be silently dropped), except "report" and "source",
 // which the API adds to events it returns. Missing or empty "mitigations" become
 // ["auto"]. Every error is an *InvalidError naming the field.
-func DecodeEvent(data []byte) (Event, error) {
-	if len(data) > MaxEventJSON {
-		return Event{}, invalid("", "", "document is %d bytes: at most %d allowed", len(data), MaxEventJSON)
+func DecodeEvent(data []byte) (Event, error) { return decodeEvent(data, MaxEventJSON) }
+
+// decodeEvent is DecodeEvent with a size limit; 0 means none. The stores read back their
+// own events with no limit: an event Validate accepted may take more than MaxEventJSON
+// bytes once encoded (escapes, indentation), and must not make the store unreadable.
+func decodeEvent(data []byte, limit int) (Event, error) {
+	if limit > 0 && len(data) > limit {
+		return Event{}, invalid("", "", "document is %d bytes: at most %d allowed", len(data), limit)
 	}
 	var w wireEvent
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -44,7 +44,8 @@ type fileDoc struct {
 	Events  []json.RawMessage `json:"events"`
 }
 
-// tempPattern names temporary files: the document's name, ".tmp-" and a random suffix.
+// tempPattern names temporary files: the document's name, ".tmp-" and a random suffix
+// (os.CreateTemp replaces the '*').
 func tempPattern(path string) string { return filepath.Base(path) + ".tmp-*" }
 
 // OpenFile opens the store kept at path. A missing file is an empty store (the file is
@@ -52,9 +53,14 @@ func tempPattern(path string) string { return filepath.Base(path) + ".tmp-*" }
 // naming the event and field. Temporary files left by a crash are removed.
 func OpenFile(path string, o FileOptions) (*FileStore, error) {
 	s := &FileStore{path: path, mem: NewMemory(MemoryOptions(o))}
-	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(path), tempPattern(path)))
-	for _, f := range stale {
-		_ = os.Remove(f)
+	// Not filepath.Glob: the document's name may hold glob characters ("[prod]").
+	dir, prefix := filepath.Dir(path), filepath.Base(path)+".tmp-"
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, ent := range ents {
+			if strings.HasPrefix(ent.Name(), prefix) && ent.Type().IsRegular() {
+				_ = os.Remove(filepath.Join(dir, ent.Name()))
+			}
+		}
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -72,8 +78,12 @@ func OpenFile(path string, o FileOptions) (*FileStore, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("registry: %s: want {\"version\":N,\"events\":[…]}: %v", path, err)
 	}
+	end := dec.InputOffset()
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("registry: %s: data after the document, which ends at byte %d: want one {\"version\":N,\"events\":[…]}", path, end)
+	}
 	for i, raw := range doc.Events {
-		e, err := DecodeEvent(raw)
+		e, err := decodeEvent(raw, 0)
 		if err == nil && e.ID == "" {
 			err = invalid("", "id", "required in a stored event")
 		}
@@ -179,11 +189,13 @@ func (s *FileStore) write(m *Memory) error {
 		Version uint64  `json:"version"`
 		Events  []Event `json:"events"`
 	}{m.version, sortedEvents(m.events)}
-	data, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
+	var buf bytes.Buffer
+	enc := jsonEncoder(&buf) // keys and notes keep their < > &, as the Redis store does
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
 		return fmt.Errorf("registry: encoding %s: %w", s.path, err)
 	}
-	data = append(data, '\n')
+	data := buf.Bytes()
 	dir := filepath.Dir(s.path)
 	f, err := os.CreateTemp(dir, tempPattern(s.path))
 	if err != nil {

@@ -8,20 +8,31 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // RedisStore is a Store in Redis, shared by every agent of a fleet. Events live in one
 // hash, "{PREFIX}:events" (field: id, value: the event's JSON), and a counter
-// "{PREFIX}:version" is incremented by every change; both names carry the same hash tag
-// so that they share a cluster slot and each change is one atomic script.
+// "{PREFIX}:version" goes up with every change; the hash "{PREFIX}:deleted" remembers the
+// ids deleted since (and not created again), so that Seed does not bring them back. The
+// names carry the same hash tag so that they share a cluster slot and each change is one
+// atomic script.
+//
+// The version never comes back to a value it had for another set of events, even when
+// Redis loses its data (a restart without persistence, a failover to a replica that
+// lagged) and the counter starts again: each change sets it to at least the writer's
+// clock in microseconds since 1970.
 type RedisStore struct {
 	rdb     redis.UniversalClient
-	events  string // the hash's name
-	version string // the counter's name
+	events  string           // the hash's name
+	version string           // the counter's name
+	deleted string           // the hash of deleted ids
+	now     func() time.Time // the clock of version floors: time.Now
 
 	rndMu sync.Mutex // guards rnd, which need not be safe for concurrent reads
 	rnd   io.Reader
@@ -52,6 +63,8 @@ func NewRedis(rdb redis.UniversalClient, o RedisOptions) (*RedisStore, error) {
 		rdb:     rdb,
 		events:  "{" + p + "}:events",
 		version: "{" + p + "}:version",
+		deleted: "{" + p + "}:deleted",
+		now:     time.Now,
 		rnd:     cmp.Or[io.Reader](o.Rand, rand.Reader),
 	}, nil
 }
@@ -59,19 +72,48 @@ func NewRedis(rdb redis.UniversalClient, o RedisOptions) (*RedisStore, error) {
 // Keys returns the names of the hash and the counter.
 func (s *RedisStore) Keys() (events, version string) { return s.events, s.version }
 
-// The scripts keep each change and its version bump one atomic step.
+// The scripts keep each change and its version bump one atomic step. KEYS: the events
+// hash, the version counter, the deleted hash; ARGV[1] the id, then the event's JSON when
+// there is one, and last the writer's clock in microseconds, the version's floor.
+const bumpLua = `local function bump(floor)
+  local v = redis.call('INCR', KEYS[2])
+  if tonumber(floor) > v then
+    redis.call('SET', KEYS[2], floor)
+    return tonumber(floor)
+  end
+  return v
+end
+`
+
 var (
-	// createScript: HSETNX and bump; -1 when the id is taken.
-	createScript = redis.NewScript(`if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then return redis.call('INCR', KEYS[2]) end return -1`)
-	// putScript: HSET and bump; returns 1 when the field is new.
-	putScript = redis.NewScript(`local n = redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) redis.call('INCR', KEYS[2]) return n`)
-	// deleteScript: HDEL and bump; -1 when there was nothing to delete.
-	deleteScript = redis.NewScript(`if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then return redis.call('INCR', KEYS[2]) end return -1`)
+	// createScript: HSETNX, forget a deletion, bump; -1 when the id is taken.
+	createScript = redis.NewScript(bumpLua + `if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return -1 end
+redis.call('HDEL', KEYS[3], ARGV[1])
+return bump(ARGV[3])`)
+	// seedScript: like createScript, but -2 when the id was deleted.
+	seedScript = redis.NewScript(bumpLua + `if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -2 end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return -1 end
+return bump(ARGV[3])`)
+	// putScript: HSET, forget a deletion, bump; returns 1 when the field is new.
+	putScript = redis.NewScript(bumpLua + `local n = redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HDEL', KEYS[3], ARGV[1])
+bump(ARGV[3])
+return n`)
+	// deleteScript: HDEL, remember the deletion, bump; -1 when there was nothing to delete.
+	deleteScript = redis.NewScript(bumpLua + `if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return -1 end
+redis.call('HSET', KEYS[3], ARGV[1], '1')
+return bump(ARGV[2])`)
 )
+
+// keys returns the scripts' KEYS.
+func (s *RedisStore) keys() []string { return []string{s.events, s.version, s.deleted} }
+
+// floor returns the version floor: the clock in microseconds, as a decimal string.
+func (s *RedisStore) floor() string { return strconv.FormatInt(s.now().UnixMicro(), 10) }
 
 // decodeStored reads an event stored under id.
 func decodeStored(id, data string) (Event, error) {
-	e, err := DecodeEvent([]byte(data))
+	e, err := decodeEvent([]byte(data), 0)
 	if err == nil && e.ID != id {
 		err = invalid(id, "id", "stored under %q but says %q", id, e.ID)
 	}
@@ -88,14 +130,21 @@ func (s *RedisStore) List(ctx context.Context) ([]Event, error) {
 		return nil, fmt.Errorf("registry: redis: HGETALL %s: %w", s.events, err)
 	}
 	out := make([]Event, 0, len(all))
+	var bad []string
 	for id, data := range all {
 		e, err := decodeStored(id, data)
 		if err != nil {
-			return nil, err
+			bad = append(bad, err.Error())
+			continue
 		}
 		out = append(out, e)
 	}
 	slices.SortFunc(out, func(a, b Event) int { return cmp.Compare(a.ID, b.ID) })
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		return out, fmt.Errorf("registry: redis: %w (%d in %s; fix or delete them, with PUT or DELETE /v1/registry/{id}): %s",
+			ErrUnreadable, len(bad), s.events, strings.Join(bad, "; "))
+	}
 	return out, nil
 }
 
@@ -131,7 +180,7 @@ func (s *RedisStore) Create(ctx context.Context, e Event) (Event, error) {
 		if err != nil {
 			return Event{}, err
 		}
-		n, err := createScript.Run(ctx, s.rdb, []string{s.events, s.version}, e.ID, data).Int64()
+		n, err := createScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor()).Int64()
 		if err != nil {
 			return Event{}, fmt.Errorf("registry: redis: creating event %q: %w", e.ID, err)
 		}
@@ -155,7 +204,7 @@ func (s *RedisStore) Put(ctx context.Context, e Event) (Event, bool, error) {
 	if err != nil {
 		return Event{}, false, err
 	}
-	n, err := putScript.Run(ctx, s.rdb, []string{s.events, s.version}, e.ID, data).Int64()
+	n, err := putScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor()).Int64()
 	if err != nil {
 		return Event{}, false, fmt.Errorf("registry: redis: storing event %q: %w", e.ID, err)
 	}
@@ -164,7 +213,7 @@ func (s *RedisStore) Put(ctx context.Context, e Event) (Event, bool, error) {
 
 // Delete implements Store.
 func (s *RedisStore) Delete(ctx context.Context, id string) error {
-	n, err := deleteScript.Run(ctx, s.rdb, []string{s.events, s.version}, id).Int64()
+	n, err := deleteScript.Run(ctx, s.rdb, s.keys(), id, s.floor()).Int64()
 	if err != nil {
 		return fmt.Errorf("registry: redis: deleting event %q: %w", id, err)
 	}
@@ -172,6 +221,27 @@ func (s *RedisStore) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("registry: event %q: %w", id, ErrNotFound)
 	}
 	return nil
+}
+
+// seed implements seeder: it stores e unless its id is taken or was deleted, and says
+// whether it did.
+func (s *RedisStore) seed(ctx context.Context, e Event) (bool, error) {
+	if e.ID == "" {
+		return false, invalid("", "id", "required to seed an event")
+	}
+	e, err := prepare(e, true)
+	if err != nil {
+		return false, err
+	}
+	data, err := encodeEvent(e)
+	if err != nil {
+		return false, err
+	}
+	n, err := seedScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor()).Int64()
+	if err != nil {
+		return false, fmt.Errorf("registry: redis: seeding event %q: %w", e.ID, err)
+	}
+	return n >= 0, nil
 }
 
 // Version implements Store: the counter's value, 0 before the first change.

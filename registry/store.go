@@ -22,13 +22,19 @@ var (
 	// ErrReadOnly: the event comes from a read-only source, such as the config file
 	// (answer 409 or 403).
 	ErrReadOnly = errors.New("event is read-only")
+	// ErrUnreadable: List found stored events it cannot read (written by hand, or by
+	// another version of hotkeyd). It returns the readable ones with this error, which
+	// names every unreadable event: one bad event does not hide the others.
+	ErrUnreadable = errors.New("unreadable stored events")
 )
 
 // Store holds events by id. Every implementation validates what it is given, returns
 // copies (callers may modify what they get), lists events sorted by id, and is safe for
 // concurrent use. The HTTP API maps onto it one to one.
 type Store interface {
-	// List returns every event, sorted by id.
+	// List returns every event, sorted by id. When some stored events cannot be read
+	// (written by hand, or by another version), it returns the others together with an
+	// error wrapping ErrUnreadable that names each unreadable one.
 	List(ctx context.Context) ([]Event, error)
 	// Get returns the event with the id, or ErrNotFound.
 	Get(ctx context.Context, id string) (Event, error)
@@ -294,9 +300,9 @@ func (m *Merged) List(ctx context.Context) ([]Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	rw, err := m.rw.List(ctx)
-	if err != nil {
-		return nil, err
+	rw, rwErr := m.rw.List(ctx)
+	if rwErr != nil && !errors.Is(rwErr, ErrUnreadable) {
+		return nil, rwErr
 	}
 	out := slices.Clone(st)
 	for _, e := range rw {
@@ -305,7 +311,7 @@ func (m *Merged) List(ctx context.Context) ([]Event, error) {
 		}
 	}
 	slices.SortFunc(out, func(a, b Event) int { return cmp.Compare(a.ID, b.ID) })
-	return out, nil
+	return out, rwErr
 }
 
 // Get implements Store.
@@ -375,24 +381,44 @@ func (m *Merged) Version(ctx context.Context) (uint64, error) {
 	return a + b, err
 }
 
+// seeder is a Store that remembers deleted ids, so that Seed does not bring them back.
+type seeder interface {
+	// seed stores e unless its id is taken or was deleted, and says whether it did.
+	seed(ctx context.Context, e Event) (bool, error)
+}
+
 // Seed copies into dst every event of src whose id dst does not have yet, and returns
 // how many it copied. Events already in dst win: seeding twice, or from several agents
-// at once, is harmless. Use it to fill a shared Redis store from the file store.
+// at once, is harmless. A RedisStore also skips the ids deleted from it (and not created
+// again), so that an agent's restart does not bring back an event the fleet deleted. Use
+// it to fill a shared Redis store from the file store. When src has events it cannot
+// read, Seed copies the others and returns the error (ErrUnreadable).
 func Seed(ctx context.Context, dst, src Store) (int, error) {
 	events, err := src.List(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrUnreadable) {
 		return 0, fmt.Errorf("registry: seed: listing the source: %w", err)
 	}
+	listErr := err
+	sd, _ := dst.(seeder)
 	n := 0
 	for _, e := range events {
-		_, err := dst.Create(ctx, e)
-		switch {
-		case err == nil:
+		var err error
+		if sd != nil {
+			var ok bool
+			if ok, err = sd.seed(ctx, e); ok {
+				n++
+			}
+		} else if _, err = dst.Create(ctx, e); err == nil {
 			n++
-		case errors.Is(err, ErrExists):
+		}
+		switch {
+		case err == nil, errors.Is(err, ErrExists):
 		default:
 			return n, fmt.Errorf("registry: seed: event %q: %w", e.ID, err)
 		}
+	}
+	if listErr != nil {
+		return n, fmt.Errorf("registry: seed: listing the source: %w", listErr)
 	}
 	return n, nil
 }
