@@ -44,7 +44,9 @@ func eventStore(ctx context.Context, cfg config.Config, log *slog.Logger) (regis
 }
 
 // writableStore opens the store that the API writes to: Redis when addresses are
-// configured and it answers (seeded from the file, if any), else the file, else memory.
+// configured (seeded from the file, if any), else the file, else memory. When Redis does
+// not answer at start, the agent keeps its events in the file (or memory) and moves to
+// Redis, seeding it, once it answers.
 func writableStore(ctx context.Context, cfg config.Config, log *slog.Logger) (registry.Store, error) {
 	var file registry.Store
 	if cfg.Registry.File != "" {
@@ -54,28 +56,62 @@ func writableStore(ctx context.Context, cfg config.Config, log *slog.Logger) (re
 		}
 		file = f
 	}
-	if len(cfg.Redis.Addrs) > 0 {
-		rdb, err := redisClient(ctx, cfg.Redis.Addrs)
-		if err == nil {
-			var rs *registry.RedisStore
-			if rs, err = registry.NewRedis(rdb, registry.RedisOptions{}); err == nil {
-				if file != nil {
-					n, err := registry.Seed(ctx, rs, file)
-					if err != nil {
-						log.Warn("registry: seeding Redis from the file", "file", cfg.Registry.File, "err", err)
-					} else if n > 0 {
-						log.Info("registry: seeded Redis from the file", "file", cfg.Registry.File, "events", n)
-					}
-				}
-				return rs, nil
+	local := file
+	if local == nil {
+		local = registry.NewMemory(registry.MemoryOptions{})
+	}
+	if len(cfg.Redis.Addrs) == 0 {
+		return local, nil
+	}
+	rs, err := redisStore(ctx, cfg, local, log)
+	if err == nil {
+		return rs, nil
+	}
+	log.Warn("registry: Redis unreachable at start; keeping events in the file (or memory) of this agent until it answers",
+		"err", err, "retry_every", redisRetry)
+	sw := registry.NewSwitch(local)
+	go func() {
+		t := time.NewTicker(redisRetry)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if rs, err := redisStore(ctx, cfg, local, log); err == nil {
+				sw.To(rs)
+				log.Info("registry: Redis answers; events live there from now on, shared by the fleet")
+				return
 			}
 		}
-		log.Warn("registry: Redis unreachable at start; keeping events in the file (or memory) of this agent only", "err", err)
+	}()
+	return sw, nil
+}
+
+// redisRetry is how often an agent whose Redis did not answer at start tries again to
+// move its registry there.
+const redisRetry = 2 * time.Second
+
+// redisStore opens the registry's store in Redis and seeds it with the events of from
+// (the file, or what the agent kept while Redis was away) that Redis does not have.
+func redisStore(ctx context.Context, cfg config.Config, from registry.Store, log *slog.Logger) (*registry.RedisStore, error) {
+	rdb, err := redisClient(ctx, cfg.Redis.Addrs)
+	if err != nil {
+		return nil, err
 	}
-	if file != nil {
-		return file, nil
+	rs, err := registry.NewRedis(rdb, registry.RedisOptions{})
+	if err != nil {
+		rdb.Close()
+		return nil, err
 	}
-	return registry.NewMemory(registry.MemoryOptions{}), nil
+	n, err := registry.Seed(ctx, rs, from)
+	if err != nil {
+		log.Warn("registry: seeding Redis from the file", "file", cfg.Registry.File, "err", err)
+	} else if n > 0 {
+		log.Info("registry: seeded Redis from the file", "file", cfg.Registry.File, "events", n)
+	}
+	return rs, nil
 }
 
 // redisClient returns a cluster client when the first reachable address is a cluster

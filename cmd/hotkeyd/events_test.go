@@ -14,7 +14,9 @@ import (
 	"github.com/hotkeyd/hotkeyd/agent"
 	"github.com/hotkeyd/hotkeyd/config"
 	"github.com/hotkeyd/hotkeyd/internal/agenttest"
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/registry"
+	"github.com/redis/go-redis/v9"
 )
 
 // staticConfig loads a config file with one event in registry.events and the writable
@@ -132,5 +134,55 @@ func TestEventStoreStaticOverHTTP(t *testing.T) {
 	}
 	if got := do(http.MethodGet, ""); got != http.StatusOK {
 		t.Errorf("GET after DELETE: got %d; want 200", got)
+	}
+}
+
+// TestEventStoreRedisLater: Redis does not answer when the agent starts, so the agent
+// keeps events in its file; once Redis answers, the agent moves to it, seeding it with
+// the file's events (those created while Redis was away included), and sees the events
+// the rest of the fleet keeps there. Before, it stayed on its file until restarted.
+func TestEventStoreRedisLater(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr := freeAddr(t)
+	cfg := staticConfig(t)
+	cfg.Redis.Addrs = []string{addr}
+	store, err := writableStore(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("writableStore: %v", err)
+	}
+	mine, err := registry.DecodeEvent([]byte(`{"id":"local","patterns":["sale:1"],"start":"2026-12-01T12:00:00Z","end":"2026-12-01T13:00:00Z"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Create(ctx, mine); err != nil {
+		t.Fatalf("Create while Redis is away: %v", err)
+	}
+	v0, _ := store.Version(ctx)
+
+	srv := redistest.StartAt(t, addr)
+	fleet, err := registry.NewRedis(redis.NewClient(&redis.Options{Addr: srv.Addr()}), registry.RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := mine
+	theirs.ID, theirs.Patterns = "fleet", []string{"sale:2"}
+	if _, err := fleet.Create(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		events, _ := store.List(ctx)
+		v, _ := store.Version(ctx)
+		if len(events) == 2 && v != v0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15s after Redis came up, the agent lists %+v (version %d, was %d); want local and fleet", events, v, v0)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := fleet.Get(ctx, "local"); err != nil {
+		t.Errorf("the event created while Redis was away is not in Redis: %v", err)
 	}
 }
