@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,8 +72,24 @@ type ExecutorOptions struct {
 	// sub-counters of an entry that ended, counted from the last time it found one
 	// written: clients that have not heard of the end still use them for up to the plan's
 	// lease. It is also how long after Recover a round scans again for what clients of an
-	// earlier run created after Recover's scan. Default: DefaultLease (60s).
+	// earlier run created after Recover's scan, and how long this executor's claim on its
+	// copies lasts (renewed every half of it; see ID). Default: DefaultLease (60s).
 	GracePeriod time.Duration
+	// ID names this executor among all those on the same Redis (one agent per app pod,
+	// every agent on one cluster). Its claim — the copy names it uses, in the hash
+	// ClaimsKey under this field — keeps other executors from deleting those copies, and
+	// it leaves alone the copies that other live claims list. It must differ between
+	// executors that run at the same time. The Redis user needs access to ClaimsKey
+	// (HGETALL, HSET, HDEL, EVALSHA): an executor that cannot read the claims deletes no
+	// copy (fail safe). Claims last one GracePeriod and are renewed at the first round
+	// after half of it, so RefreshPeriod must stay well below GracePeriod/2 (the
+	// defaults: 1s and 60s). Default: 16 random hex digits, made by NewExecutor.
+	ID string
+	// RescanPeriod is how often a round scans every primary for copies that neither this
+	// executor nor any live claim uses (left by an executor that crashed, or written by a
+	// client after every earlier scan) and deletes them; each wait is RescanPeriod plus
+	// up to a quarter of it, drawn from a source seeded by ID. Default: 10 × GracePeriod.
+	RescanPeriod time.Duration
 	// Registry receives hotkeyd_mitigation_actions_total. Default: no metrics.
 	Registry *prometheus.Registry
 	// Logger gets one line per action (key, kind, action, reason). Refreshes of copies log
@@ -87,12 +104,13 @@ const DefaultRefreshPeriod = time.Second
 
 // Actions counted in hotkeyd_mitigation_actions_total and logged.
 const (
-	ActionCopyWrite      = "copy_write"      // copies written from the original when an entry starts or its names change
-	ActionCopyRefresh    = "copy_refresh"    // a copy rewritten by the periodic refresh
-	ActionCopyDelete     = "copy_delete"     // a copy deleted (entry ended, names changed, original gone, left by an earlier run)
-	ActionCounterFold    = "counter_fold"    // a sub-counter's value moved into its key
-	ActionCounterRecover = "counter_recover" // an unfinished fold (a crash) completed
-	ActionError          = "error"           // a Redis step failed; it is retried at the next round
+	ActionCopyWrite       = "copy_write"        // copies written from the original when an entry starts or its names change
+	ActionCopyRefresh     = "copy_refresh"      // a copy rewritten by the periodic refresh
+	ActionCopyDelete      = "copy_delete"       // a copy deleted (entry ended, names changed, original gone, left by an earlier run, claim expired)
+	ActionCopyKeptClaimed = "copy_kept_claimed" // a copy not deleted (nor retired further) because another live executor claims it
+	ActionCounterFold     = "counter_fold"      // a sub-counter's value moved into its key
+	ActionCounterRecover  = "counter_recover"   // an unfinished fold (a crash) completed
+	ActionError           = "error"             // a Redis step failed; it is retried at the next round
 )
 
 var errClosed = errors.New("mitigate: executor closed")
@@ -106,10 +124,16 @@ var errClosed = errors.New("mitigate: executor closed")
 // Use: NewExecutor, Offer the current plan and each new one (Store.Subscribe(e.Offer)),
 // Run in a goroutine, and Close when the agent stops: Close deletes every copy and folds
 // every sub-counter.
+//
+// Several executors may share one Redis (one agent per app pod): each claims the copies
+// it uses (ExecutorOptions.ID, claims.go), and none deletes a copy that another live
+// executor claims — not when its own entry ends, not in Recover's scans, not at Close.
+// If the claims cannot be read, it deletes no copy that round.
 type Executor struct {
 	rdb     Redis
 	refresh time.Duration
 	grace   time.Duration
+	id      string // this executor's field in ClaimsKey
 	now     func() time.Time
 	log     *slog.Logger
 	actions *prometheus.CounterVec // nil without a registry
@@ -137,12 +161,25 @@ type Executor struct {
 	// one grace period after Recover, once clients still holding that run's plan have
 	// stopped writing copies and sub-counters that Recover's scan could not see.
 	rescan time.Time
+
+	// Claims (claims.go).
+	rescanEvery time.Duration
+	rng         *rand.Rand // jitter of sweep; seeded by id
+	sweep       time.Time  // when a round scans for unclaimed copies next (zero: not scheduled yet)
+	view        *claimView // the claims read in the current step; nil until read (reset by each step)
+	claimNext   time.Time  // when the claim is renewed next
+	claimDirty  bool       // the copies in use changed (or the last write failed): write the claim at once
+	claimHeld   bool       // this executor's field may be in ClaimsKey
 }
 
 // ended is a copy or sub-counter of an entry that ended.
 type ended struct {
 	key   string
 	quiet time.Time // since when it has been found empty
+	// why is set for a copy retired before its first deletion (the claims could not be
+	// read, or it was taken over from an expired claim): the reason its first deletion
+	// logs.
+	why string
 }
 
 // NewExecutor checks o and returns an executor. It does no Redis work: Run starts with
@@ -157,7 +194,18 @@ func NewExecutor(o ExecutorOptions) (*Executor, error) {
 	if o.GracePeriod < 0 {
 		return nil, fmt.Errorf("mitigate: executor: grace period %v: must be positive, or 0 for the default %v", o.GracePeriod, DefaultLease)
 	}
+	if o.RescanPeriod < 0 {
+		return nil, fmt.Errorf("mitigate: executor: rescan period %v: must be positive, or 0 for the default (10 × grace period)", o.RescanPeriod)
+	}
+	id := o.ID
+	if id == "" {
+		var err error
+		if id, err = newExecutorID(); err != nil {
+			return nil, err
+		}
+	}
 	e := &Executor{
+		id:         id,
 		rdb:        o.Redis,
 		refresh:    cmp0(o.RefreshPeriod, DefaultRefreshPeriod),
 		grace:      cmp0(o.GracePeriod, DefaultLease),
@@ -174,13 +222,15 @@ func NewExecutor(o ExecutorOptions) (*Executor, error) {
 	if e.now == nil {
 		e.now = time.Now
 	}
+	e.rescanEvery = cmp0(o.RescanPeriod, 10*e.grace)
+	e.rng = rand.New(rand.NewPCG(fnv64(id), 0x68_6b_63_6c_61_69_6d)) // "hkclaim"
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
 	if o.Registry != nil {
 		e.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hotkeyd_mitigation_actions_total",
-			Help: "Actions the agent carried out in Redis for enforced mitigations, by kind (copies, sharded_counter) and action (copy_write, copy_refresh, copy_delete, counter_fold, counter_recover, error).",
+			Help: "Actions the agent carried out in Redis for enforced mitigations, by kind (copies, sharded_counter) and action (copy_write, copy_refresh, copy_delete, copy_kept_claimed, counter_fold, counter_recover, error).",
 		}, []string{"kind", "action"})
 		if err := o.Registry.Register(e.actions); err != nil {
 			return nil, fmt.Errorf("mitigate: executor: register metrics: %w", err)
@@ -188,6 +238,9 @@ func NewExecutor(o ExecutorOptions) (*Executor, error) {
 	}
 	return e, nil
 }
+
+// ID returns the executor's id: its field in ClaimsKey.
+func (e *Executor) ID() string { return e.id }
 
 func cmp0(d, def time.Duration) time.Duration {
 	if d == 0 {
@@ -232,6 +285,7 @@ func (e *Executor) Apply(ctx context.Context, p Plan) error {
 	if e.closed {
 		return errClosed
 	}
+	e.view = nil
 	return e.apply(ctx, p)
 }
 
@@ -266,6 +320,12 @@ func (e *Executor) apply(ctx context.Context, p Plan) error {
 
 	var errs []error
 	// Copies that end, or names that are no longer listed (a topology change renamed them).
+	type retire struct {
+		key    string
+		names  []string
+		reason string
+	}
+	var gones []retire
 	for _, key := range slices.Sorted(maps.Keys(e.copies)) {
 		names := e.copies[key]
 		cur, ok := want[Copies][key]
@@ -276,10 +336,12 @@ func (e *Executor) apply(ctx context.Context, p Plan) error {
 			delete(e.copies, key)
 		}
 		if len(gone) > 0 {
-			errs = append(errs, e.retireCopies(ctx, key, gone, reason))
+			gones = append(gones, retire{key, gone, reason})
+			e.claimDirty = true
 		}
 	}
 	// Copies that start, or whose names change.
+	var starts []string
 	for _, key := range slices.Sorted(maps.Keys(want[Copies])) {
 		names := want[Copies][key]
 		if slices.Equal(e.copies[key], names) {
@@ -289,6 +351,19 @@ func (e *Executor) apply(ctx context.Context, p Plan) error {
 			delete(e.retiring, c)
 		}
 		e.copies[key] = names
+		starts = append(starts, key)
+		e.claimDirty = true
+	}
+	// The claim first: another executor that reads it from now on leaves the new copies
+	// alone.
+	if e.claimDirty {
+		errs = append(errs, e.putClaim(ctx))
+	}
+	for _, g := range gones {
+		errs = append(errs, e.retireCopies(ctx, g.key, g.names, g.reason))
+	}
+	for _, key := range starts {
+		names := e.copies[key]
 		res, err := writeCopies(ctx, e.rdb, key, names)
 		e.did(Copies, key, ActionCopyWrite, res.written, reasons[key+"\x00"+string(Copies)])
 		e.did(Copies, key, ActionCopyDelete, res.deleted, "original does not exist")
@@ -319,13 +394,30 @@ func (e *Executor) apply(ctx context.Context, p Plan) error {
 	return errors.Join(errs...)
 }
 
-// retireCopies deletes copies of key now and keeps deleting them for the grace period.
+// retireCopies deletes copies of key now and keeps deleting them for the grace period,
+// except those another live executor claims: those it leaves alone and forgets. When the
+// claims cannot be read it deletes none, and retires them all, so that the next round
+// tries again.
 func (e *Executor) retireCopies(ctx context.Context, key string, names []string, reason string) error {
 	now := e.now()
-	for _, c := range names {
-		e.retiring[c] = ended{key: key, quiet: now}
+	owner, err := e.claims(ctx)
+	if err != nil {
+		for _, c := range names {
+			e.retiring[c] = ended{key: key, quiet: now, why: reason + " (deleted once the claims could be read)"}
+		}
+		return err
 	}
-	n, err := deleteKeys(ctx, e.rdb, names)
+	var del []string
+	for _, c := range names {
+		if id, ok := owner[c]; ok {
+			delete(e.retiring, c)
+			e.kept(key, c, id, reason)
+			continue
+		}
+		e.retiring[c] = ended{key: key, quiet: now}
+		del = append(del, c)
+	}
+	n, err := deleteKeys(ctx, e.rdb, del)
 	e.did(Copies, key, ActionCopyDelete, n, reason)
 	return e.failed(Copies, key, err)
 }
@@ -358,30 +450,70 @@ func (e *Executor) fold(ctx context.Context, key, sub, reason string) error {
 // copies of an original that no longer exists), deletes retired copies again, folds the
 // sub-counters of ended entries again, forgetting those quiet for the grace period, folds
 // again every sub-counter whose last fold failed, and, one grace period after Recover,
-// scans for leftovers once more. Run calls it every RefreshPeriod.
+// scans for leftovers once more. Every half grace period it renews the executor's claim
+// and reads the others' (pruning expired ones and retiring their copies), and every
+// RescanPeriod it scans for copies nobody claims. Retired copies that another live
+// executor claims are forgotten, not deleted. Run calls it every RefreshPeriod.
 func (e *Executor) Refresh(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return errClosed
 	}
+	e.view = nil
 	return e.round(ctx)
 }
 
 func (e *Executor) round(ctx context.Context) error {
 	var errs []error
+	now := e.now()
+	// The claim: written when the copies in use changed or a write failed, renewed every
+	// half grace period; the claims are read as often, so that expired ones are pruned
+	// (and their copies retired) even by an executor that has nothing else to delete.
+	claimsRead := false
+	if e.claimDirty || !now.Before(e.claimNext) {
+		errs = append(errs, e.putClaim(ctx))
+		_, err := e.claims(ctx)
+		errs = append(errs, err)
+		claimsRead = true
+	}
 	for _, key := range slices.Sorted(maps.Keys(e.copies)) {
 		res, err := writeCopies(ctx, e.rdb, key, e.copies[key])
 		e.did(Copies, key, ActionCopyRefresh, res.written, "periodic refresh")
 		e.did(Copies, key, ActionCopyDelete, res.deleted, "original does not exist")
 		errs = append(errs, e.failed(Copies, key, err))
 	}
-	now := e.now()
+	var owner map[string]string
+	var claimErr error
+	if len(e.retiring) > 0 {
+		if owner, claimErr = e.claims(ctx); !claimsRead {
+			errs = append(errs, claimErr)
+		}
+	}
 	for _, c := range slices.Sorted(maps.Keys(e.retiring)) {
 		r := e.retiring[c]
+		if claimErr != nil {
+			// Claims unreadable: keep it retired, delete it once they can be read.
+			r.quiet = now
+			e.retiring[c] = r
+			continue
+		}
+		if id, ok := owner[c]; ok {
+			delete(e.retiring, c)
+			e.kept(r.key, c, id, "retired copy")
+			continue
+		}
 		n, err := deleteKeys(ctx, e.rdb, []string{c})
-		e.did(Copies, r.key, ActionCopyDelete, n, "retired copy written again (a client had not heard the entry ended)")
+		why := "retired copy written again (a client had not heard the entry ended)"
+		if r.why != "" {
+			why = r.why
+		}
+		e.did(Copies, r.key, ActionCopyDelete, n, why)
 		errs = append(errs, e.failed(Copies, r.key, err))
+		if err == nil {
+			r.why = ""
+			e.retiring[c] = r
+		}
 		switch {
 		case n > 0 || err != nil:
 			r.quiet = now
@@ -411,18 +543,29 @@ func (e *Executor) round(ctx context.Context) error {
 		}
 	}
 	if !e.rescan.IsZero() && !now.Before(e.rescan) {
-		err := e.scanLeftovers(ctx, "written after the scan at start, under the plan of an earlier run of the agent")
+		err, claimErr := e.scanLeftovers(ctx, "written after the scan at start, under the plan of an earlier run of the agent", false)
 		if err == nil {
 			e.rescan = time.Time{}
 		}
-		errs = append(errs, err)
+		errs = append(errs, err, claimErr)
+	}
+	switch {
+	case e.sweep.IsZero():
+		e.sweep = e.nextSweep(now)
+	case !now.Before(e.sweep):
+		err, claimErr := e.scanLeftovers(ctx, "claimed by no live executor (one that crashed, or a client's write after the scans)", true)
+		if err == nil {
+			e.sweep = e.nextSweep(now)
+		}
+		errs = append(errs, err, claimErr)
 	}
 	return errors.Join(errs...)
 }
 
 // Recover cleans up after an earlier run of the agent: it scans every primary for copies
 // and sub-counters, and stashes of unfinished folds, that the applied plan does not use.
-// Such copies are deleted (and retired for the grace period); every sub-counter found is
+// Such copies are deleted (and retired for the grace period) unless another live executor
+// claims them; every sub-counter found is
 // folded into its key (an unfinished fold is completed first), and those the plan does not
 // use drain for the grace period. Run calls it once, after applying the plan offered
 // before it started.
@@ -437,16 +580,27 @@ func (e *Executor) Recover(ctx context.Context) error {
 	if e.closed {
 		return errClosed
 	}
-	e.rescan = e.now().Add(e.grace)
-	return e.scanLeftovers(ctx, "left by an earlier run of the agent")
+	e.view = nil
+	now := e.now()
+	e.rescan = now.Add(e.grace)
+	e.sweep = e.nextSweep(now)
+	return errors.Join(e.scanLeftovers(ctx, "left by an earlier run of the agent", false))
 }
 
-// scanLeftovers is one scan of Recover; reason says why what it finds is there.
-func (e *Executor) scanLeftovers(ctx context.Context, reason string) error {
-	names, err := scanAll(ctx, e.rdb, []string{"{" + copyTag + "*", "{" + subTag + "*", "{hk:t*}stash:*", "{hk:t*}subs:*"})
+// scanLeftovers is one scan of Recover (copiesOnly: the periodic scan for unclaimed
+// copies); reason says why what it finds is there. Copies that another live executor
+// claims are left alone. When the claims cannot be read (claimErr), the copies found are
+// retired without being deleted, and the retire rounds delete them once the claims can
+// be read: the scan itself need not be repeated for that, so err leaves claimErr out.
+func (e *Executor) scanLeftovers(ctx context.Context, reason string, copiesOnly bool) (err, claimErr error) {
+	patterns := []string{"{" + copyTag + "*", "{" + subTag + "*", "{hk:t*}stash:*", "{hk:t*}subs:*"}
+	if copiesOnly {
+		patterns = patterns[:1]
+	}
+	names, err := scanAll(ctx, e.rdb, patterns)
 	if err != nil {
 		e.did("", "", ActionError, 1, "scan for leftovers failed", slog.String("error", err.Error()))
-		return fmt.Errorf("mitigate: recover: %w", err)
+		return fmt.Errorf("mitigate: recover: %w", err), nil
 	}
 	activeCopy, activeSub := make(map[string]bool), make(map[string]bool)
 	for _, ns := range e.copies {
@@ -476,7 +630,11 @@ func (e *Executor) scanLeftovers(ctx context.Context, reason string) error {
 			continue // not a name hotkeyd made
 		case kind == Copies && !isStash:
 			if !activeCopy[name] {
-				errs = append(errs, e.retireCopies(ctx, key, []string{name}, reason))
+				if err := e.retireCopies(ctx, key, []string{name}, reason); e.view != nil && e.view.err != nil && err == e.view.err {
+					claimErr = err
+				} else {
+					errs = append(errs, err)
+				}
 			}
 		case kind == ShardedCounter:
 			if !activeSub[sub] {
@@ -485,7 +643,7 @@ func (e *Executor) scanLeftovers(ctx context.Context, reason string) error {
 			errs = append(errs, e.fold(ctx, key, sub, reason))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(errs...), claimErr
 }
 
 // withListed replaces, in names found by a scan, each list of sub-counters by the
@@ -554,8 +712,10 @@ func (e *Executor) Run(ctx context.Context) error {
 	}
 }
 
-// Close stops Run, then deletes every copy and folds every sub-counter, active or ended,
-// and returns when that is done (or ctx ends). A failed step is retried a few times; the
+// Close stops Run, removes the executor's claim, then deletes every copy that no other
+// live executor claims (none if the claims cannot be read: that is logged, and the
+// periodic scans of other executors delete them later) and folds every sub-counter,
+// active or ended, and returns when that is done (or ctx ends). A failed step is retried a few times; the
 // error is returned if it still fails, and calling Close again retries what is left.
 // After Close, Apply, Refresh and Recover return an error.
 func (e *Executor) Close(ctx context.Context) error {
@@ -572,6 +732,10 @@ func (e *Executor) Close(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if !e.closed {
+		// First: other executors stop leaving this one's copies alone.
+		e.dropClaim(ctx)
+	}
 	e.closed = true
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -587,9 +751,24 @@ func (e *Executor) Close(ctx context.Context) error {
 	return err
 }
 
-// cleanUp deletes every copy and folds every sub-counter, forgetting those done.
+// cleanUp deletes every copy no other live executor claims and folds every sub-counter,
+// forgetting those done. When the claims cannot be read it deletes no copy: it logs how
+// many it leaves for the periodic scans of other executors (or the next run's Recover).
 func (e *Executor) cleanUp(ctx context.Context) error {
 	var errs []error
+	e.view = nil
+	if len(e.copies)+len(e.retiring) > 0 {
+		if _, err := e.claims(ctx); err != nil {
+			n := len(e.retiring)
+			for _, ns := range e.copies {
+				n += len(ns)
+			}
+			e.log.LogAttrs(ctx, slog.LevelWarn, "claims unreadable at stop: copies left for the scans of other executors",
+				slog.Int("count", n), slog.String("error", err.Error()))
+			clear(e.copies)
+			clear(e.retiring)
+		}
+	}
 	for _, key := range slices.Sorted(maps.Keys(e.copies)) {
 		if err := e.retireCopies(ctx, key, e.copies[key], "agent stopping"); err != nil {
 			errs = append(errs, err)

@@ -245,6 +245,7 @@ func TestNewExecutorOptions(t *testing.T) {
 		{"no redis", ExecutorOptions{}, "no Redis client"},
 		{"negative refresh", ExecutorOptions{Redis: c, RefreshPeriod: -1}, "refresh period"},
 		{"negative grace", ExecutorOptions{Redis: c, GracePeriod: -1}, "grace period"},
+		{"negative rescan", ExecutorOptions{Redis: c, RescanPeriod: -1}, "rescan period"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := NewExecutor(tc.o)

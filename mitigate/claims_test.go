@@ -1,0 +1,451 @@
+package mitigate
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/internal/logbuf"
+)
+
+// Several executors on one cluster (one agent per app pod, every agent on the same
+// Redis Cluster): copy names are the same for every agent, so an executor must not
+// delete copies that another, live executor uses. These tests drive two executors, A and
+// B, by hand on one 3-primary cluster with one clock.
+
+// claimsKey, spelled out: the hash is part of what operators see in Redis.
+const claimsTestKey = "{hotkeyd}claims"
+
+// claimsExec is an executor with its metrics and its log.
+type claimsExec struct {
+	testExec
+	log *logbuf.Buffer
+}
+
+func newClaimsExecutor(t *testing.T, b backend, clock *execClock, grace time.Duration) claimsExec {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	buf := &logbuf.Buffer{}
+	e, err := NewExecutor(ExecutorOptions{Redis: b.rdb, RefreshPeriod: time.Hour, GracePeriod: grace, Now: clock.Now,
+		Registry: reg,
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(buf, testWriter{t}),
+			&slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatalf("NewExecutor: %v", err)
+	}
+	return claimsExec{testExec{e, reg}, buf}
+}
+
+func TestExecutorClaims(t *testing.T) {
+	t.Parallel()
+	b := startCluster(t)
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, backend)
+	}{
+		{"RecoverKeepsClaimed", testClaimsRecover},
+		{"FewerCopies", testClaimsFewerCopies},
+		{"CloseKeepsClaimed", testClaimsClose},
+		{"CrashedClaimExpires", testClaimsCrash},
+		{"Unreadable", testClaimsUnreadable},
+		{"NewerFormat", testClaimsNewerFormat},
+		{"PruneKeepsRenewed", testClaimsPruneKeepsRenewed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer cleanClaims(t, b)
+			tc.fn(t, b)
+		})
+	}
+}
+
+// cleanClaims deletes the claims hash and every copy, for the next test.
+func cleanClaims(t *testing.T, b backend) {
+	t.Helper()
+	ctx := context.Background()
+	for _, k := range append(b.keys(t, "{hk:copy*"), claimsTestKey) {
+		if err := b.rdb.Do(ctx, "DEL", k).Err(); err != nil {
+			t.Fatalf("DEL %s: %v", k, err)
+		}
+	}
+}
+
+// exist fails t unless every copy in names exists.
+func (b backend) exist(t *testing.T, when string, names []Node) {
+	t.Helper()
+	for _, n := range names {
+		if got, err := b.rdb.Do(context.Background(), "EXISTS", n.Name).Int(); err != nil || got != 1 {
+			t.Errorf("%s: copy %s: EXISTS %d, %v; want 1", when, n.Name, got, err)
+		}
+	}
+}
+
+// absent fails t unless no copy in names exists.
+func (b backend) absent(t *testing.T, when string, names []Node) {
+	t.Helper()
+	for _, n := range names {
+		if got, err := b.rdb.Do(context.Background(), "EXISTS", n.Name).Int(); err != nil || got != 0 {
+			t.Errorf("%s: copy %s: EXISTS %d, %v; want 0", when, n.Name, got, err)
+		}
+	}
+}
+
+func mustDo(t *testing.T, rdb Redis, args ...any) {
+	t.Helper()
+	if err := rdb.Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+}
+
+// testClaimsRecover (a): A enforces copies of K; B starts with an empty plan and runs
+// Recover, then its rounds (the scan one grace period after Recover included). A's copies
+// stay throughout.
+func testClaimsRecover(t *testing.T, b backend) {
+	ctx := context.Background()
+	const key = "claims:a:page"
+	mustDo(t, b.rdb, "SET", key, "v")
+	names := b.names(t, key, 3, Copies)
+	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	const grace = time.Minute
+	ea := newClaimsExecutor(t, b, clock, grace)
+	eb := newClaimsExecutor(t, b, clock, grace)
+	defer ea.Close(ctx)
+	defer eb.Close(ctx)
+	if err := ea.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
+		t.Fatalf("A Apply: %v", err)
+	}
+	b.exist(t, "after A's Apply", names)
+	if err := eb.Apply(ctx, execPlan()); err != nil {
+		t.Fatalf("B Apply: %v", err)
+	}
+	if err := eb.Recover(ctx); err != nil {
+		t.Fatalf("B Recover: %v", err)
+	}
+	b.exist(t, "after B's Recover", names)
+	// Rounds over three grace periods: A renews its claim, B retires and scans again.
+	for i := range 6 {
+		clock.Add(grace / 2)
+		if err := ea.Refresh(ctx); err != nil {
+			t.Fatalf("A Refresh: %v", err)
+		}
+		if err := eb.Refresh(ctx); err != nil {
+			t.Fatalf("B Refresh %d: %v", i, err)
+		}
+		b.exist(t, "after B's round "+clock.Now().Format(time.TimeOnly), names)
+	}
+	if got := eb.count(Copies, "copy_kept_claimed"); got < 3 {
+		t.Errorf("B copy_kept_claimed: got %v; want ≥ 3 (one per copy Recover left alone)", got)
+	}
+	if got := eb.count(Copies, ActionCopyDelete); got != 0 {
+		t.Errorf("B copy_delete: got %v; want 0", got)
+	}
+	// A's entry ends: nobody claims the copies any more, A deletes them.
+	if err := ea.Apply(ctx, execPlan()); err != nil {
+		t.Fatalf("A Apply of an empty plan: %v", err)
+	}
+	b.absent(t, "after A's entry ended", names)
+}
+
+// testClaimsFewerCopies (b): A has 4 copies of K, B 2 (the first two of the same names);
+// B's rounds, its Recover and its own change from 4 to 2 never delete copies 3 and 4.
+func testClaimsFewerCopies(t *testing.T, b backend) {
+	ctx := context.Background()
+	const key = "claims:b:page"
+	mustDo(t, b.rdb, "SET", key, "v")
+	names := b.names(t, key, 4, Copies)
+	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	const grace = time.Minute
+	ea := newClaimsExecutor(t, b, clock, grace)
+	eb := newClaimsExecutor(t, b, clock, grace)
+	defer ea.Close(ctx)
+	defer eb.Close(ctx)
+	if err := ea.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
+		t.Fatalf("A Apply: %v", err)
+	}
+	if err := eb.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names[:2]))); err != nil {
+		t.Fatalf("B Apply: %v", err)
+	}
+	if err := eb.Recover(ctx); err != nil {
+		t.Fatalf("B Recover: %v", err)
+	}
+	b.exist(t, "after B's Recover", names)
+	for i := range 4 {
+		clock.Add(grace / 2)
+		if err := ea.Refresh(ctx); err != nil {
+			t.Fatalf("A Refresh: %v", err)
+		}
+		if err := eb.Refresh(ctx); err != nil {
+			t.Fatalf("B Refresh %d: %v", i, err)
+		}
+		b.exist(t, "after B's round", names)
+	}
+	// B goes up to 4 and down to 2 again: copies 3 and 4 are A's.
+	if err := eb.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
+		t.Fatalf("B Apply n=4: %v", err)
+	}
+	if err := eb.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names[:2]))); err != nil {
+		t.Fatalf("B Apply n=2: %v", err)
+	}
+	b.exist(t, "after B went from 4 copies to 2", names)
+	clock.Add(grace / 2)
+	if err := eb.Refresh(ctx); err != nil {
+		t.Fatalf("B Refresh: %v", err)
+	}
+	b.exist(t, "after B's round following its change to 2", names)
+}
+
+// testClaimsClose (c): A and B enforce the same copies; B closes (a rolling deploy): A's
+// copies stay, and B's claim is gone from the hash.
+func testClaimsClose(t *testing.T, b backend) {
+	ctx := context.Background()
+	const key, other = "claims:c:page", "claims:c:other"
+	mustDo(t, b.rdb, "SET", key, "v")
+	mustDo(t, b.rdb, "SET", other, "v")
+	names := b.names(t, key, 2, Copies)
+	own := b.names(t, other, 2, Copies) // B's alone
+	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	const grace = time.Minute
+	ea := newClaimsExecutor(t, b, clock, grace)
+	eb := newClaimsExecutor(t, b, clock, grace)
+	defer ea.Close(ctx)
+	if err := ea.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
+		t.Fatalf("A Apply: %v", err)
+	}
+	if err := eb.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names), execEntry(other, Copies, Enforce, own))); err != nil {
+		t.Fatalf("B Apply: %v", err)
+	}
+	if err := eb.Close(ctx); err != nil {
+		t.Fatalf("B Close: %v", err)
+	}
+	b.exist(t, "after B's Close", names)
+	b.absent(t, "B's own copies after its Close", own)
+	if got, err := b.rdb.Do(ctx, "HLEN", claimsTestKey).Int(); err != nil || got != 1 {
+		t.Errorf("HLEN %s after B's Close: got %d, %v; want 1 (A's claim only)", claimsTestKey, got, err)
+	}
+	if err := ea.Close(ctx); err != nil {
+		t.Fatalf("A Close: %v", err)
+	}
+	b.absent(t, "after A's Close too", names)
+}
+
+// testClaimsCrash (d): A crashes (no Close): its claim keeps its copies alive until it
+// expires, then B deletes them. A copy nobody claims that appears later (a client of a
+// crashed agent, a resharding) is deleted by B's periodic scan.
+func testClaimsCrash(t *testing.T, b backend) {
+	ctx := context.Background()
+	const key, stray = "claims:d:page", "claims:d:stray"
+	mustDo(t, b.rdb, "SET", key, "v")
+	names := b.names(t, key, 3, Copies)
+	strays := b.names(t, stray, 2, Copies)
+	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	const grace = time.Minute
+	ea := newClaimsExecutor(t, b, clock, grace) // crashes: never closed
+	eb := newClaimsExecutor(t, b, clock, grace)
+	defer eb.Close(ctx)
+	if err := ea.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
+		t.Fatalf("A Apply: %v", err)
+	}
+	if err := eb.Apply(ctx, execPlan()); err != nil {
+		t.Fatalf("B Apply: %v", err)
+	}
+	if err := eb.Recover(ctx); err != nil {
+		t.Fatalf("B Recover: %v", err)
+	}
+	b.exist(t, "after B's Recover, A's claim live", names)
+	// A dies now. Its claim runs out; B's next rounds delete its copies.
+	for range 4 {
+		clock.Add(grace / 2)
+		if err := eb.Refresh(ctx); err != nil {
+			t.Fatalf("B Refresh: %v", err)
+		}
+	}
+	b.absent(t, "two grace periods after A crashed", names)
+	if got, err := b.rdb.Do(ctx, "HLEN", claimsTestKey).Int(); err != nil || got != 0 {
+		t.Errorf("HLEN %s after A's claim expired: got %d, %v; want 0 (pruned)", claimsTestKey, got, err)
+	}
+	// A copy that nobody claims appears after every scan so far.
+	for _, n := range strays {
+		mustDo(t, b.rdb, "SET", n.Name, "stale")
+	}
+	for range 30 { // 15 grace periods: past the periodic scan (10–12.5 grace periods after Recover)
+		clock.Add(grace / 2)
+		if err := eb.Refresh(ctx); err != nil {
+			t.Fatalf("B Refresh: %v", err)
+		}
+	}
+	b.absent(t, "15 grace periods after Recover", strays)
+	b.rdb.Do(ctx, "DEL", key)
+}
+
+// testClaimsUnreadable (e): with the claims hash unreadable (here it holds a string), an
+// executor deletes no copy that needs the claims — not at Recover, not at an entry's end,
+// not at Close — and logs it; once the claims are readable again, the next round deletes
+// what is left.
+func testClaimsUnreadable(t *testing.T, b backend) {
+	ctx := context.Background()
+	const key, stray = "claims:e:page", "claims:e:stray"
+	mustDo(t, b.rdb, "SET", key, "v")
+	names := b.names(t, key, 2, Copies)
+	strays := b.names(t, stray, 2, Copies)
+	for _, n := range strays {
+		mustDo(t, b.rdb, "SET", n.Name, "left")
+	}
+	mustDo(t, b.rdb, "SET", claimsTestKey, "not a hash")
+	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	const grace = time.Minute
+	e := newClaimsExecutor(t, b, clock, grace)
+	defer e.Close(ctx)
+	if err := e.Apply(ctx, execPlan()); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	_ = e.Recover(ctx) // an error: the claims cannot be read
+	b.exist(t, "after Recover with the claims unreadable", strays)
+	// An entry starts and ends while the claims stay unreadable.
+	_ = e.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names)))
+	b.exist(t, "after Apply", names)
+	_ = e.Apply(ctx, execPlan())
+	b.exist(t, "after the entry ended with the claims unreadable", names)
+	clock.Add(grace / 2)
+	_ = e.Refresh(ctx)
+	b.exist(t, "after a round with the claims unreadable", append(names, strays...))
+	if got := e.count(Copies, ActionError); got < 1 {
+		t.Errorf("error count (kind copies): got %v; want ≥ 1", got)
+	}
+	if !strings.Contains(e.log.String(), "claims") {
+		t.Errorf("log: no line mentions the claims; want the failure logged")
+	}
+	// Readable again: the next round deletes what was left.
+	mustDo(t, b.rdb, "DEL", claimsTestKey)
+	clock.Add(grace / 2)
+	if err := e.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh with the claims readable: %v", err)
+	}
+	b.absent(t, "after a round with the claims readable again", append(names, strays...))
+
+	// Close with the claims unreadable deletes nothing and says so.
+	if err := e.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	mustDo(t, b.rdb, "DEL", claimsTestKey)
+	mustDo(t, b.rdb, "SET", claimsTestKey, "not a hash")
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = e.Close(cctx)
+	b.exist(t, "after Close with the claims unreadable", names)
+	if !strings.Contains(e.log.String(), "left for") {
+		t.Errorf("log: Close did not say it left the copies; want a line saying so")
+	}
+	b.rdb.Do(ctx, "DEL", key)
+}
+
+// testClaimsNewerFormat: a live claim whose names this executor cannot read (a newer
+// agent's format) keeps every copy until it expires; then it is pruned.
+func testClaimsNewerFormat(t *testing.T, b backend) {
+	ctx := context.Background()
+	const stray = "claims:f:stray"
+	strays := b.names(t, stray, 2, Copies)
+	for _, n := range strays {
+		mustDo(t, b.rdb, "SET", n.Name, "left")
+	}
+	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	const grace = time.Minute
+	exp := clock.Now().Add(grace).UnixMilli()
+	mustDo(t, b.rdb, "HSET", claimsTestKey, "future-agent", strconv.FormatInt(exp, 10)+" 2 something new")
+	e := newClaimsExecutor(t, b, clock, grace)
+	defer e.Close(ctx)
+	if err := e.Apply(ctx, execPlan()); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if err := e.Recover(ctx); err == nil {
+		t.Errorf("Recover with a claim of an unknown format: got nil; want an error")
+	}
+	b.exist(t, "after Recover, the claim of unknown format live", strays)
+	clock.Add(grace)
+	if err := e.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh after the claim expired: %v", err)
+	}
+	b.absent(t, "after the claim of unknown format expired", strays)
+	if got, err := b.rdb.Do(ctx, "HEXISTS", claimsTestKey, "future-agent").Int(); err != nil || got != 0 {
+		t.Errorf("HEXISTS future-agent after its expiry: got %d, %v; want 0 (pruned)", got, err)
+	}
+}
+
+// testClaimsPruneKeepsRenewed: pruning deletes a claim only if it still holds the value
+// read as expired; a claim renewed in between stays.
+func testClaimsPruneKeepsRenewed(t *testing.T, b backend) {
+	ctx := context.Background()
+	old := encodeClaim(time.Unix(1, 0), []string{"{hk:copy1:1}k"})
+	renewed := encodeClaim(time.Unix(1e9, 0), []string{"{hk:copy1:1}k"})
+	mustDo(t, b.rdb, "HSET", claimsTestKey, "x", renewed, "y", old)
+	got, err := pruneClaims.run(ctx, b.rdb, []string{claimsTestKey}, "x", old, "y", old).StringSlice()
+	if err != nil || !slices.Equal(got, []string{"y"}) {
+		t.Errorf("pruneClaims: got %q, %v; want [y]", got, err)
+	}
+	if v, err := b.rdb.Do(ctx, "HGET", claimsTestKey, "x").Text(); err != nil || v != renewed {
+		t.Errorf("renewed claim after pruning: got %q, %v; want it kept", v, err)
+	}
+}
+
+func TestClaimEncoding(t *testing.T) {
+	exp := time.UnixMilli(1767225600123)
+	for _, names := range [][]string{
+		nil,
+		{"{hk:copy1:5}k"},
+		{"{hk:copy1:5}a b:c", "{hk:copy2:7}line\nbreak\x00", "{hk:copy3:9}12:34", "{hk:copy4:1}"},
+	} {
+		v := encodeClaim(exp, names)
+		gotExp, got, err := decodeClaim(v)
+		if err != nil || gotExp != exp.UnixMilli() || !slices.Equal(got, names) {
+			t.Errorf("decodeClaim(encodeClaim(%q)) = %d, %q, %v; want %d, the names, nil", names, gotExp, got, err, exp.UnixMilli())
+		}
+	}
+	for _, tc := range []struct {
+		v         string
+		noExpiry  bool
+		wantError bool
+	}{
+		{"", true, true},
+		{"soon 1 ", true, true},
+		{"123", true, true},
+		{"123 2 whatever", false, true},
+		{"123 1 5:abc", false, true},
+		{"123 1 x:abc", false, true},
+		{"123 1 ", false, false},
+	} {
+		_, _, err := decodeClaim(tc.v)
+		if (err != nil) != tc.wantError || errors.Is(err, errNoExpiry) != tc.noExpiry {
+			t.Errorf("decodeClaim(%q): got %v; want error %v (no expiry %v)", tc.v, err, tc.wantError, tc.noExpiry)
+		}
+	}
+}
+
+func TestExecutorID(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	a, _ := NewExecutor(ExecutorOptions{Redis: c})
+	b, _ := NewExecutor(ExecutorOptions{Redis: c})
+	if a.ID() == "" || a.ID() == b.ID() {
+		t.Errorf("default ids: %q and %q; want two different non-empty ids", a.ID(), b.ID())
+	}
+	e, _ := NewExecutor(ExecutorOptions{Redis: c, ID: "pod-7"})
+	if e.ID() != "pod-7" {
+		t.Errorf("ID: got %q; want pod-7", e.ID())
+	}
+	if e.rescanEvery != 10*DefaultLease {
+		t.Errorf("rescan period: got %v; want %v", e.rescanEvery, 10*DefaultLease)
+	}
+	now := time.Unix(0, 0)
+	for range 20 {
+		if d := e.nextSweep(now).Sub(now); d < e.rescanEvery || d >= e.rescanEvery*5/4 {
+			t.Fatalf("next sweep in %v; want in [%v, %v)", d, e.rescanEvery, e.rescanEvery*5/4)
+		}
+	}
+}
