@@ -38,14 +38,15 @@ const muxRetry = 10 * time.Second
 // whether it goes to the writes connection: those of the command table that neither
 // block (Redis answers nothing after a blocked command on its connection until it
 // returns) nor run scripts, plus PING and ECHO; XREAD, which blocks with its BLOCK
-// option, is left to muxRoute. The writes connection takes the commands Redis holds back
-// under CLIENT PAUSE WRITE, which are the writes and PFCOUNT (it may replicate a cache
-// update).
+// option, is left to muxRoute. XREADGROUP blocks with its BLOCK option too, which comes
+// after GROUP group consumer and is not looked for: it is never shared. The writes
+// connection takes the commands Redis holds back under CLIENT PAUSE WRITE, which are the
+// writes and PFCOUNT (it may replicate a cache update).
 var muxCommands = func() map[string]bool {
 	m := map[string]bool{"PING": false, "ECHO": false}
 	for name, cmd := range commands {
 		switch name {
-		case "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "BZPOPMIN", "BZPOPMAX", "BLMPOP", "BZMPOP", "XREAD", // block
+		case "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "BZPOPMIN", "BZPOPMAX", "BLMPOP", "BZMPOP", "XREAD", "XREADGROUP", // block
 			"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO": // scripts may SELECT (Redis < 7) and run long
 			continue
 		}

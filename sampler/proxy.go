@@ -94,12 +94,12 @@ const proxyBatches = 4
 //
 // By default (on Linux) it multiplexes, as twemproxy does: the plain commands of every
 // client — the key commands of the command table except those that may block (blocking
-// pops, and XREAD unless STREAMS is its first option) and scripts, plus PING and ECHO —
-// go over connections to Redis that all clients share, written in one write per turn of
-// an event loop, so Redis reads and answers many clients at once; each reply goes back
-// to the client whose command it answers. There is one shared connection for reads and
-// one for writes (so that writes Redis holds back during a failover do not hold back
-// reads), for each protocol: a client that opens with a plain HELLO 3 (go-redis v9,
+// pops, XREADGROUP, and XREAD unless STREAMS is its first option) and scripts, plus PING
+// and ECHO — go over connections to Redis that all clients share, written in one write
+// per turn of an event loop, so Redis reads and answers many clients at once; each reply
+// goes back to the client whose command it answers. There is one shared connection for
+// reads and one for writes (so that writes Redis holds back during a failover do not hold
+// back reads), for each protocol: a client that opens with a plain HELLO 3 (go-redis v9,
 // Lettuce) is served by the RESP3 pair. CLIENT SETINFO and SELECT 0, which clients send
 // when they connect, are shared too: on a shared connection they change nothing that
 // matters. A client's first other command (AUTH, SELECT of another database, HELLO with
