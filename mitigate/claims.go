@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Claims: several executors on one Redis (one agent per app pod, all on the same
@@ -28,6 +30,25 @@ import (
 // ClaimsKey is the Redis hash of claims: field = executor id, value = claim (see
 // encodeClaim). It is one key, in one slot, whatever the number of executors.
 const ClaimsKey = "{hotkeyd}claims"
+
+// SweepKey is taken (SET NX with an expiry of RescanPeriod) by the executor that runs the
+// periodic scan for unclaimed copies, so that a fleet of agents on one cluster scans once
+// per RescanPeriod between them, not once each: every scan reads every key of every
+// primary.
+const SweepKey = "{hotkeyd}sweep"
+
+// takeSweep reports whether this executor may run the periodic scan now: no other
+// executor has run it within the last RescanPeriod.
+func (e *Executor) takeSweep(ctx context.Context) (bool, error) {
+	err := e.rdb.Do(ctx, "SET", SweepKey, e.id, "NX", "PX", e.rescanEvery.Milliseconds()).Err()
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	}
+	return false, fmt.Errorf("mitigate: SET %s NX: %w", SweepKey, err)
+}
 
 // claimVersion is the format of the names in a claim's value.
 const claimVersion = 1

@@ -71,7 +71,7 @@ func TestExecutorClaims(t *testing.T) {
 func cleanClaims(t *testing.T, b backend) {
 	t.Helper()
 	ctx := context.Background()
-	for _, k := range append(b.keys(t, "{hk:copy*"), claimsTestKey) {
+	for _, k := range append(b.keys(t, "{hk:copy*"), claimsTestKey, SweepKey) {
 		if err := b.rdb.Do(ctx, "DEL", k).Err(); err != nil {
 			t.Fatalf("DEL %s: %v", k, err)
 		}
@@ -275,13 +275,23 @@ func testClaimsCrash(t *testing.T, b backend) {
 	for _, n := range strays {
 		mustDo(t, b.rdb, "SET", n.Name, "stale")
 	}
-	for range 30 { // 15 grace periods: past the periodic scan (10–12.5 grace periods after Recover)
+	// Another executor of the fleet ran the periodic scan a moment ago: B's is skipped.
+	mustDo(t, b.rdb, "SET", SweepKey, "other", "PX", "600000")
+	for range 30 { // 15 grace periods: past B's periodic scan (10–12.5 grace periods after Recover)
 		clock.Add(grace / 2)
 		if err := eb.Refresh(ctx); err != nil {
 			t.Fatalf("B Refresh: %v", err)
 		}
 	}
-	b.absent(t, "15 grace periods after Recover", strays)
+	b.exist(t, "15 grace periods after Recover, another executor holding the scan", strays)
+	mustDo(t, b.rdb, "DEL", SweepKey)
+	for range 30 { // past B's next periodic scan
+		clock.Add(grace / 2)
+		if err := eb.Refresh(ctx); err != nil {
+			t.Fatalf("B Refresh: %v", err)
+		}
+	}
+	b.absent(t, "30 grace periods after Recover, the scan free", strays)
 	b.rdb.Do(ctx, "DEL", key)
 }
 

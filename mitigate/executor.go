@@ -553,6 +553,14 @@ func (e *Executor) round(ctx context.Context) error {
 	case e.sweep.IsZero():
 		e.sweep = e.nextSweep(now)
 	case !now.Before(e.sweep):
+		mine, err := e.takeSweep(ctx)
+		if !mine {
+			if err == nil { // another executor scanned within RescanPeriod
+				e.sweep = e.nextSweep(now)
+			}
+			errs = append(errs, err)
+			break
+		}
 		err, claimErr := e.scanLeftovers(ctx, "claimed by no live executor (one that crashed, or a client's write after the scans)", true)
 		if err == nil {
 			e.sweep = e.nextSweep(now)
