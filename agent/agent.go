@@ -305,7 +305,8 @@ func weight(count uint32, scale float64) uint32 {
 }
 
 // reportLimit is the sink of the UDP listener: it drops a datagram of more than max
-// samples (MaxSamplesPerReport) as too large, as POST /v1/samples refuses such a body.
+// samples (MaxSamplesPerReport) as too large, as POST /v1/samples refuses such a body,
+// and counts the samples it held (the count is known, unlike that of a refused body).
 type reportLimit struct {
 	*Agent
 	max int
@@ -313,7 +314,7 @@ type reportLimit struct {
 
 func (l reportLimit) Accept(b sampler.Batch) {
 	if len(b.Samples) > l.max {
-		l.Drop(b.Source, sampler.DropTooLarge, 1)
+		l.Drop(b.Source, sampler.DropTooLarge, len(b.Samples))
 		return
 	}
 	l.Agent.Accept(b)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -186,7 +187,10 @@ func replySize(cmd redis.Cmder, j int) uint32 {
 
 func clampSize(n int) uint32 { return uint32(min(n, 1<<32-1)) }
 
-// appendArg appends an argument as go-redis writes it to Redis.
+// appendArg appends an argument as go-redis writes it to Redis (internal/proto's
+// Writer.WriteArg, v9): pointers to the basic types are followed (nil is "" or 0), a
+// float32 is widened to float64 first, net.IP is its raw bytes. A type go-redis cannot
+// write fails the command; the hook then formats it with fmt, for want of better.
 func appendArg(dst []byte, v any) []byte {
 	switch v := v.(type) {
 	case string:
@@ -215,8 +219,10 @@ func appendArg(dst []byte, v any) []byte {
 		return strconv.AppendUint(dst, uint64(v), 10)
 	case uint64:
 		return strconv.AppendUint(dst, v, 10)
+	case uintptr:
+		return strconv.AppendUint(dst, uint64(v), 10)
 	case float32:
-		return strconv.AppendFloat(dst, float64(v), 'f', -1, 32)
+		return strconv.AppendFloat(dst, float64(v), 'f', -1, 64) // as go-redis: widened
 	case float64:
 		return strconv.AppendFloat(dst, v, 'f', -1, 64)
 	case bool:
@@ -233,6 +239,65 @@ func appendArg(dst []byte, v any) []byte {
 			return append(dst, b...)
 		}
 		return dst
+	case net.IP:
+		return append(dst, v...)
+	}
+	return appendPointerArg(dst, v)
+}
+
+// appendPointerArg is appendArg for pointers to the basic types, which go-redis follows;
+// kept apart so that the common cases above stay small.
+func appendPointerArg(dst []byte, v any) []byte {
+	switch v := v.(type) {
+	case *string:
+		if v == nil {
+			return dst
+		}
+		return append(dst, *v...)
+	case *int:
+		return strconv.AppendInt(dst, int64(deref(v)), 10)
+	case *int8:
+		return strconv.AppendInt(dst, int64(deref(v)), 10)
+	case *int16:
+		return strconv.AppendInt(dst, int64(deref(v)), 10)
+	case *int32:
+		return strconv.AppendInt(dst, int64(deref(v)), 10)
+	case *int64:
+		return strconv.AppendInt(dst, deref(v), 10)
+	case *uint:
+		return strconv.AppendUint(dst, uint64(deref(v)), 10)
+	case *uint8:
+		return strconv.AppendUint(dst, uint64(deref(v)), 10)
+	case *uint16:
+		return strconv.AppendUint(dst, uint64(deref(v)), 10)
+	case *uint32:
+		return strconv.AppendUint(dst, uint64(deref(v)), 10)
+	case *uint64:
+		return strconv.AppendUint(dst, deref(v), 10)
+	case *uintptr:
+		return strconv.AppendUint(dst, uint64(deref(v)), 10)
+	case *float32:
+		return strconv.AppendFloat(dst, float64(deref(v)), 'f', -1, 64)
+	case *float64:
+		return strconv.AppendFloat(dst, deref(v), 'f', -1, 64)
+	case *bool:
+		if deref(v) {
+			return append(dst, '1')
+		}
+		return append(dst, '0')
+	case *time.Time:
+		return deref(v).AppendFormat(dst, time.RFC3339Nano)
+	case *time.Duration:
+		return strconv.AppendInt(dst, deref(v).Nanoseconds(), 10)
 	}
 	return fmt.Append(dst, v)
+}
+
+// deref returns *p, or the zero value for nil, as go-redis writes a nil pointer.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
 }

@@ -40,7 +40,9 @@ type ReporterOptions struct {
 	FlushInterval time.Duration
 	// MaxDatagram bounds the size of a datagram; default 1,400 bytes
 	// (sampler.SafeReportSize), which is never fragmented. A sample too large for it is
-	// sent in a datagram of its own. Allowed: 0 (the default) or 128 to 65,507.
+	// sent in a datagram of its own. Allowed: 0 (the default) or 128 to 65,507. However
+	// large, a datagram holds at most 10,000 samples, the agent's default
+	// limits.max_samples_per_report.
 	MaxDatagram int
 	// Rand returns uniformly distributed numbers that choose the sampled commands. It
 	// must be safe for concurrent use. Default: math/rand/v2's Uint64, which keeps its
@@ -230,12 +232,22 @@ func defaultSource() string {
 
 // Stats returns the Reporter's counts so far.
 func (r *Reporter) Stats() Stats {
-	return Stats{
-		Sampled:   r.sampled.Load(),
-		Sent:      r.sent.Load(),
-		Dropped:   r.dropped.Load(),
-		Datagrams: r.datagrams.Load(),
+	finished := false
+	select {
+	case <-r.done: // the sender has returned, and its counts are all in
+		finished = true
+	default:
 	}
+	// Loaded in this order, so that a sample counted as sent, dropped or left is always
+	// counted as sampled too (enqueue counts it sampled first).
+	st := Stats{Datagrams: r.datagrams.Load(), Sent: r.sent.Load(), Dropped: r.dropped.Load()}
+	if finished {
+		// What is left in the queue (put there by hooks that raced with Close) is never
+		// sent: nothing takes it out any more.
+		st.Dropped += uint64(len(r.queue))
+	}
+	st.Sampled = r.sampled.Load()
+	return st
 }
 
 // Close sends what is waiting, stops the sender goroutine and closes the socket. The
@@ -278,7 +290,7 @@ func (r *Reporter) run() {
 			w.flush()
 		case <-r.stop:
 			// Send what is queued; a hook that raced with Close may add a few more,
-			// which the bounded loop leaves behind (and counts as dropped).
+			// which the bounded loop leaves behind and Stats counts as dropped.
 		drain:
 			for range cap(r.queue) {
 				select {
@@ -289,11 +301,16 @@ func (r *Reporter) run() {
 				}
 			}
 			w.flush()
-			r.dropped.Add(uint64(len(r.queue)))
 			return
 		}
 	}
 }
+
+// maxDatagramSamples bounds the samples of one datagram: the agent drops a report of more
+// than limits.max_samples_per_report samples (default sampler.DefaultMaxSamples) as
+// too_large, and a large MaxDatagram of short keys would hold more (some 13,000 of 5
+// bytes in 65,507).
+const maxDatagramSamples = sampler.DefaultMaxSamples
 
 // datagramWriter packs samples into datagrams; it belongs to the sender goroutine.
 type datagramWriter struct {
@@ -316,7 +333,7 @@ func (w *datagramWriter) add(p pending) {
 	w.arena = append(w.arena, p.key...)
 	s := sampler.Sample{Key: w.arena[start:], Op: p.op, Counter: p.counter, Count: 1, Bytes: p.bytes}
 	n := sampler.ReportSampleSize(s)
-	if w.size+n > w.r.maxDatagram && len(w.batch.Samples) > 0 {
+	if (w.size+n > w.r.maxDatagram || len(w.batch.Samples) == maxDatagramSamples) && len(w.batch.Samples) > 0 {
 		w.arena = w.arena[:start]
 		w.flush()
 		start = 0
