@@ -91,7 +91,9 @@ func (a *Agent) coolDown() time.Duration {
 // ranked key (hot or not: a key under a prefix or glob is armed once it shows up in
 // traffic) with their expected rates when higher than observed, and the exact keys of
 // armed events that have no traffic yet, with no rates (the rules arm those with what
-// needs no sizing: L1, batching). It returns the stats and, per key, its events.
+// needs no sizing: L1, batching). Either way it adds the mitigations the events list
+// (Kinds, Auto, ListedBy) and the expected read rate, which sizes listed copies before
+// traffic. It returns the stats and, per key, its events.
 func (a *Agent) predict(now time.Time, levels []detector.Level, covered time.Duration) ([]mitigate.KeyStats, map[string][]string) {
 	x := a.index.Load()
 	stats := keyStats(levels, covered)
@@ -105,6 +107,8 @@ func (a *Agent) predict(now time.Time, levels []detector.Level, covered time.Dur
 	}
 	apply := func(ks *mitigate.KeyStats, p registry.Prediction, seen bool) {
 		ks.PredictedBy = p.Events
+		ks.Kinds, ks.Auto, ks.ListedBy = p.Kinds, p.Auto, listedBy(x, p)
+		ks.ExpectedReadRate = p.ExpectedReadRate
 		if seen {
 			ks.ReadRate = max(ks.ReadRate, p.ExpectedReadRate)
 			ks.WriteRate = max(ks.WriteRate, p.ExpectedWriteRate)
@@ -134,6 +138,26 @@ func (a *Agent) predict(now time.Time, levels []detector.Level, covered time.Dur
 		apply(&stats[len(stats)-1], p, false)
 	}
 	return stats, by
+}
+
+// listedBy returns the events of p that list mitigations (all of them unless some event
+// is auto), for the rules' reasons; nil when none does.
+func listedBy(x *registry.Index, p registry.Prediction) []string {
+	if len(p.Kinds) == 0 {
+		return nil
+	}
+	if !p.Auto {
+		return p.Events
+	}
+	var out []string
+	for _, id := range p.Events {
+		if ev, ok := x.Event(id); ok {
+			if auto, _ := ev.Kinds(); !auto {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
 }
 
 // observe feeds the evaluated keys to the registry tracker and returns the number of new

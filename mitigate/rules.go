@@ -1,8 +1,10 @@
 package mitigate
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -23,6 +25,21 @@ type KeyStats struct {
 	// expected rates into ReadRate and WriteRate when they exceed the observed ones, so
 	// that copies and sub-counters are sized for the predicted load.
 	PredictedBy []string
+	// Kinds are the mitigations the predicting events list explicitly (an event's
+	// "mitigations" other than "auto"); empty when every predicting event leaves the
+	// choice to the rules. Only a predicted key's Kinds count.
+	Kinds []Kind
+	// Auto says some predicting event leaves the choice to the rules. With Kinds and
+	// without Auto the decisions are exactly Kinds; with both, the table's decisions and
+	// the listed kinds the table did not choose. Without Kinds, Auto changes nothing.
+	Auto bool
+	// ListedBy names the predicting events that list Kinds, for the reasons; empty means
+	// all of PredictedBy.
+	ListedBy []string
+	// ExpectedReadRate is the largest read rate the predicting events expect. It sizes
+	// listed copies before any traffic (ReadRate then holds the observed rate only; the
+	// table's "predicted" row arms nothing that needs sizing).
+	ExpectedReadRate float64
 }
 
 // Rows of the decision table, as Decision.Rule names them. docs/plan.md lists them.
@@ -42,6 +59,7 @@ const (
 	RulePinned         = "pinned"             // an operator pinned the mitigation
 	RuleForbidden      = "forbidden"          // an operator forbade what the rules wanted
 	RuleNaming         = "naming"             // copies or sub-counters could not be named
+	RuleEventListed    = "event-listed"       // a registry event listed the mitigation
 )
 
 // Rules is the decision table: which mitigations suit a hot key. Its zero value uses every
@@ -179,12 +197,17 @@ type Decision struct {
 // Decide applies the decision table to one key on a deployment with primaries primaries
 // (1 for standalone Redis or when no topology is known). It returns nothing for a key
 // that is neither hot nor predicted, and otherwise at least one decision: Report when no
-// mitigation applies. Decisions come in the order of Kinds.
+// mitigation applies. Decisions come in the order of Kinds, at most one of each kind.
 //
 // A key is read-hot when its reads are at least its writes, else write-hot. A read-hot
 // key fits one node when its reads from non-SDK clients stay within NodeCapacity ×
 // Headroom, its total reads within NodeCapacity and its bytes within NodeBandwidth ×
 // Headroom; a write-hot counter fits when its writes do the same. See docs/plan.md.
+//
+// A predicted key whose events list mitigations (k.Kinds) gets those, armed at once
+// (RuleEventListed): only those when no predicting event is auto, else added to what the
+// table chose (a Report of the table is then dropped). A listed kind that cannot be
+// carried out (copies or a sharded counter on one primary) becomes a Report saying so.
 func (r Rules) Decide(k KeyStats, primaries int) []Decision {
 	r = r.withDefaults()
 	predicted := len(k.PredictedBy) > 0
@@ -196,6 +219,20 @@ func (r Rules) Decide(k KeyStats, primaries int) []Decision {
 	}
 	sdk := clamp01(k.SDKShare)
 	e := evaluation{r: r, k: k, sdk: sdk, primaries: max(primaries, 1), prefix: predictedPrefix(k.PredictedBy)}
+	listed := listedKinds(k)
+	if len(listed) == 0 {
+		return e.table()
+	}
+	var ds []Decision
+	if k.Auto {
+		ds = e.table()
+	}
+	return e.listed(ds, listed)
+}
+
+// table is the automatic decision table.
+func (e evaluation) table() []Decision {
+	r, k := e.r, e.k
 	total := k.ReadRate + k.WriteRate
 	switch {
 	case total <= 0 && k.BytesRate <= 0:
@@ -258,8 +295,7 @@ func (e evaluation) read() []Decision {
 	}
 	why := from + "; " + strings.Join(beyond, ", ")
 
-	need := int(math.Ceil(max(k.ReadRate/budget, k.BytesRate/bwBudget)))
-	need = max(need, 2)
+	need := r.copiesNeeded(k.ReadRate, k.BytesRate)
 	if e.primaries < 2 {
 		reason := why + "; copies skipped: standalone Redis has one primary"
 		if e.armL1() {
@@ -285,13 +321,7 @@ func (e evaluation) read() []Decision {
 	if e.armL1() {
 		ds = append(ds, r.l1(k, RuleReadCopies, fmt.Sprintf("%s: L1 for %s on the reads from SDK clients, alongside %d copies", from, ttl, n)))
 	}
-	ds = append(ds, Decision{
-		Key: k.Key, Kind: Copies, Mode: r.Mode(Copies), Rule: RuleReadCopies, N: n,
-		Reason: why + ": " + split,
-		TradeOff: fmt.Sprintf("every write costs %d writes (the original and %d copies); copies of a value written by a client that bypasses the SDK stay stale until the agent refreshes them",
-			n+1, n),
-	})
-	return ds
+	return append(ds, r.copies(k, RuleReadCopies, n, why+": "+split))
 }
 
 // counter is the write-hot counter half of the table.
@@ -325,21 +355,118 @@ func (e evaluation) counter() []Decision {
 		}
 		return []Decision{r.report(k, RuleCounterAlone, reason+"; no SDK client can batch it: no automatic action")}
 	}
-	m := r.SubCounters
-	if m == 0 {
-		m = max(2, min(e.primaries, r.MaxSubCounters))
-	}
+	sharded := r.sharded(k, RuleCounterSharded, e.primaries, func(m int) string {
+		return fmt.Sprintf("%s: spread over %d sub-counters on different primaries", why, m)
+	})
 	var ds []Decision
 	if e.armL1() {
-		ds = append(ds, r.batched(k, RuleCounterSharded, fmt.Sprintf("%s: %s, alongside %d sub-counters", from, batch, m)))
+		ds = append(ds, r.batched(k, RuleCounterSharded, fmt.Sprintf("%s: %s, alongside %d sub-counters", from, batch, sharded.N)))
 	}
-	ds = append(ds, Decision{
-		Key: k.Key, Kind: ShardedCounter, Mode: r.Mode(ShardedCounter), Rule: RuleCounterSharded, N: m,
-		Reason: fmt.Sprintf("%s: spread over %d sub-counters on different primaries", why, m),
-		TradeOff: fmt.Sprintf("reading the value costs %d commands in 3 round trips (the key and %d sub-counters, checked against concurrent folds) instead of 1 GET; the value stays exact at every moment",
-			m+2, m),
+	return append(ds, sharded)
+}
+
+// listedKinds returns the kinds a predicted key's events list that can be armed, each
+// once; nil for a key no event predicts.
+func listedKinds(k KeyStats) []Kind {
+	if len(k.PredictedBy) == 0 {
+		return nil
+	}
+	var out []Kind
+	for _, kind := range k.Kinds {
+		if kind != Report && knownKind(kind) && !slices.Contains(out, kind) {
+			out = append(out, kind)
+		}
+	}
+	return out
+}
+
+// listed adds to ds, the table's decisions (nil when no predicting event is auto), the
+// listed kinds it lacks, and returns them in the order of Kinds.
+func (e evaluation) listed(ds []Decision, kinds []Kind) []Decision {
+	r, k := e.r, e.k
+	by := k.ListedBy
+	if len(by) == 0 {
+		by = k.PredictedBy
+	}
+	prefix := "listed by event " + by[0] + ": "
+	if len(by) > 1 {
+		prefix = "listed by events " + strings.Join(by, ", ") + ": "
+	}
+	var skipped []string
+	added := false
+	for _, kind := range kinds {
+		if slices.ContainsFunc(ds, func(d Decision) bool { return d.Kind == kind }) {
+			continue // the table chose it: its decision, sized and explained, stands
+		}
+		d, ok := e.listedOne(kind, prefix)
+		if !ok {
+			skipped = append(skipped, d.Reason)
+			continue
+		}
+		ds = append(ds, d)
+		added = true
+	}
+	if added { // the table's "no action" no longer holds
+		ds = slices.DeleteFunc(ds, func(d Decision) bool { return d.Kind == Report })
+	}
+	if len(skipped) > 0 {
+		why := prefix + strings.Join(skipped, "; ")
+		if i := slices.IndexFunc(ds, func(d Decision) bool { return d.Kind == Report }); i >= 0 {
+			ds[i].Rule += " " + RuleEventListed
+			ds[i].Reason += "; " + why
+		} else {
+			ds = append(ds, r.report(k, RuleEventListed, why))
+		}
+	}
+	slices.SortStableFunc(ds, func(a, b Decision) int {
+		return cmp.Compare(slices.Index(Kinds, a.Kind), slices.Index(Kinds, b.Kind))
 	})
 	return ds
+}
+
+// listedOne is the decision for one listed kind. When the kind cannot be carried out
+// here, ok is false and the decision's Reason says why (without the prefix).
+func (e evaluation) listedOne(kind Kind, prefix string) (d Decision, ok bool) {
+	r, k := e.r, e.k
+	switch kind {
+	case L1:
+		return r.l1(k, RuleEventListed, prefix+"L1 for "+r.L1TTL.String()+" armed in SDK clients"), true
+	case BatchedCounter:
+		return r.batched(k, RuleEventListed, fmt.Sprintf("%sSDK clients batch increments into one INCRBY per %v", prefix, r.FlushInterval)), true
+	case Copies:
+		if e.primaries < 2 {
+			return Decision{Reason: "copies need ≥ 2 primaries and standalone Redis has one: skipped"}, false
+		}
+		budget, bwBudget := r.NodeCapacity*r.Headroom, r.NodeBandwidth*r.Headroom
+		reads := max(k.ReadRate, k.ExpectedReadRate)
+		need := r.copiesNeeded(reads, k.BytesRate)
+		n := min(need, e.primaries)
+		var why string
+		switch {
+		case reads <= 0 && k.BytesRate <= 0:
+			why = fmt.Sprintf("no reads seen or expected yet: split into %d copies, the least", n)
+		case k.BytesRate <= 0:
+			why = fmt.Sprintf("read %s (seen or expected) against one node's %s budget: split into %d copies", fmtRate(reads), fmtRate(budget), n)
+		default:
+			why = fmt.Sprintf("read %s (seen or expected), moving %s, against one node's %s and %s budgets: split into %d copies",
+				fmtRate(reads), fmtBytes(k.BytesRate), fmtRate(budget), fmtBytes(bwBudget), n)
+		}
+		if n < need {
+			why += fmt.Sprintf(" (%d needed, capped at %d primaries: each still takes %s)", need, e.primaries, fmtRate(reads/float64(n)))
+		}
+		if total := k.ReadRate + k.WriteRate; total > 0 && k.WriteRate/total > r.MaxWriteShare {
+			why += fmt.Sprintf("; writes are %s of its traffic, above the %s the table would split", fmtShare(k.WriteRate/total), fmtShare(r.MaxWriteShare))
+		}
+		return r.copies(k, RuleEventListed, n, prefix+why), true
+	case ShardedCounter:
+		if e.primaries < 2 {
+			return Decision{Reason: "sharded_counter needs ≥ 2 primaries and standalone Redis has one: skipped"}, false
+		}
+		return r.sharded(k, RuleEventListed, e.primaries, func(m int) string {
+			return fmt.Sprintf("%sspread over %d sub-counters on different primaries", prefix, m)
+		}), true
+	}
+	return Decision{Reason: fmt.Sprintf("%s: not a mitigation an event can list", kind)}, false
 }
 
 func (r Rules) l1(k KeyStats, rule, reason string) Decision {
@@ -350,6 +477,31 @@ func (r Rules) l1(k KeyStats, rule, reason string) Decision {
 func (r Rules) batched(k KeyStats, rule, reason string) Decision {
 	return Decision{Key: k.Key, Kind: BatchedCounter, Mode: r.Mode(BatchedCounter), Rule: rule, FlushInterval: r.FlushInterval, Reason: reason,
 		TradeOff: fmt.Sprintf("increments reach Redis up to %v late; a client that crashes loses at most its last %v of increments", r.FlushInterval, r.FlushInterval)}
+}
+
+// copies is a decision to split k into n copies.
+func (r Rules) copies(k KeyStats, rule string, n int, reason string) Decision {
+	return Decision{Key: k.Key, Kind: Copies, Mode: r.Mode(Copies), Rule: rule, N: n, Reason: reason,
+		TradeOff: fmt.Sprintf("every write costs %d writes (the original and %d copies); copies of a value written by a client that bypasses the SDK stay stale until the agent refreshes them",
+			n+1, n)}
+}
+
+// sharded is a decision to spread counter k over the table's number of sub-counters for
+// primaries primaries.
+func (r Rules) sharded(k KeyStats, rule string, primaries int, reason func(m int) string) Decision {
+	m := r.SubCounters
+	if m == 0 {
+		m = max(2, min(primaries, r.MaxSubCounters))
+	}
+	return Decision{Key: k.Key, Kind: ShardedCounter, Mode: r.Mode(ShardedCounter), Rule: rule, N: m, Reason: reason(m),
+		TradeOff: fmt.Sprintf("reading the value costs %d commands in 3 round trips (the key and %d sub-counters, checked against concurrent folds) instead of 1 GET; the value stays exact at every moment",
+			m+2, m)}
+}
+
+// copiesNeeded is how many copies spread reads and bytes within one node's budgets each,
+// at least 2.
+func (r Rules) copiesNeeded(reads, bytes float64) int {
+	return max(int(math.Ceil(max(reads/(r.NodeCapacity*r.Headroom), bytes/(r.NodeBandwidth*r.Headroom)))), 2)
 }
 
 func (r Rules) report(k KeyStats, rule, reason string) Decision {
@@ -374,20 +526,14 @@ func (r Rules) pinned(key string, kind Kind, st *KeyStats, primaries int) (d Dec
 	if primaries < 2 {
 		return r.report(k, RulePinned, fmt.Sprintf("%s pinned by an operator, but standalone Redis has one primary: skipped", kind)), false
 	}
+	k.Key = key
 	if kind == Copies {
-		need := int(math.Ceil(max(k.ReadRate/(r.NodeCapacity*r.Headroom), k.BytesRate/(r.NodeBandwidth*r.Headroom))))
-		n := min(max(need, 2), primaries)
-		return Decision{Key: key, Kind: Copies, Mode: r.Mode(Copies), Rule: RulePinned, N: n,
-			Reason:   fmt.Sprintf("pinned by an operator: split into %d copies", n),
-			TradeOff: fmt.Sprintf("every write costs %d writes (the original and %d copies)", n+1, n)}, true
+		n := min(r.copiesNeeded(k.ReadRate, k.BytesRate), primaries)
+		return r.copies(k, RulePinned, n, fmt.Sprintf("pinned by an operator: split into %d copies", n)), true
 	}
-	m := r.SubCounters
-	if m == 0 {
-		m = max(2, min(primaries, r.MaxSubCounters))
-	}
-	return Decision{Key: key, Kind: ShardedCounter, Mode: r.Mode(ShardedCounter), Rule: RulePinned, N: m,
-		Reason:   fmt.Sprintf("pinned by an operator: spread over %d sub-counters", m),
-		TradeOff: fmt.Sprintf("reading the value costs %d commands in 3 round trips instead of 1 GET", m+2)}, true
+	return r.sharded(k, RulePinned, primaries, func(m int) string {
+		return fmt.Sprintf("pinned by an operator: spread over %d sub-counters", m)
+	}), true
 }
 
 func predictedPrefix(events []string) string {
