@@ -8,6 +8,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/internal/defaults"
@@ -55,6 +56,9 @@ type UDPServer struct {
 	done    chan struct{} // closed by Close
 	serving bool
 	wg      sync.WaitGroup // the reader goroutines
+
+	drops     bool          // the kernel reports the socket's drops with each datagram (Linux)
+	dropsSeen atomic.Uint32 // the kernel's drop count last passed to the Sink
 }
 
 // NewUDPServer validates opts and binds the socket, so that Addr is known before Serve.
@@ -91,6 +95,7 @@ func NewUDPServer(opts UDPOptions) (*UDPServer, error) {
 		readers: opts.Readers,
 		sink:    opts.Sink,
 		done:    make(chan struct{}),
+		drops:   countKernelDrops(conn),
 	}
 	if opts.Token != "" {
 		s.token = []byte(opts.Token)
@@ -140,13 +145,39 @@ func (s *UDPServer) Close() error {
 	return nil
 }
 
+// kernelDropped passes to the Sink, as DropOverload, the datagrams the kernel dropped
+// since the count last seen, total being its count so far: datagrams that came while the
+// socket's buffer was full, their samples unknown (n counts datagrams).
+func (s *UDPServer) kernelDropped(total uint32) {
+	for {
+		seen := s.dropsSeen.Load()
+		d := total - seen        // wraps with the kernel's 32-bit counter
+		if d == 0 || d > 1<<31 { // no new drop, or an older count read late by another reader
+			return
+		}
+		if s.dropsSeen.CompareAndSwap(seen, total) {
+			s.sink.Drop("unknown", DropOverload, int(d))
+			return
+		}
+	}
+}
+
 // read is one reader goroutine: its own buffer, its own Batch, no allocation per datagram
 // in steady state.
 func (s *UDPServer) read() {
 	buf := make([]byte, 64<<10) // over the largest UDP payload, so nothing is truncated
+	var oob []byte
+	if s.drops {
+		oob = make([]byte, 64)
+	}
 	var b Batch
 	for {
-		n, err := s.conn.Read(buf)
+		n, oobn, _, _, err := s.conn.ReadMsgUDPAddrPort(buf, oob)
+		if oobn > 0 {
+			if total, ok := kernelDrops(oob[:oobn]); ok {
+				s.kernelDropped(total)
+			}
+		}
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
