@@ -1,15 +1,18 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hotkeyd/hotkeyd/detector"
 	"github.com/hotkeyd/hotkeyd/mitigate"
@@ -319,9 +322,18 @@ func (a *Agent) overrides(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"overrides": a.planner.Overrides()})
 	case http.MethodPost:
 		var req overrideRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+		if err == nil && !utf8.Valid(body) {
+			// encoding/json would read each bad byte as U+FFFD: the override would name
+			// another key.
+			err = errors.New("not valid UTF-8: JSON cannot name a key that is not, and the override would apply to another key")
+		}
+		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		if err == nil {
+			err = dec.Decode(&req)
+		}
+		if err != nil {
 			writeError(w, http.StatusBadRequest, "body: "+err.Error()+`; send {"key":"…","kind":"copies","action":"pin|forbid","mode":"enforce"}`)
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Plan is what hotkeyd tells clients to do: one entry per key and mitigation kind. Its JSON
@@ -79,6 +80,11 @@ const (
 	// after a fetch, whatever its Expires says.
 	MaxLease = time.Hour
 )
+
+// MaxPlanBytes is the largest plan body the SDK accepts (client/plan.go); it refuses a
+// larger plan whole and keeps the one it has until its leases run out. The planner keeps
+// its plans well within it (PlannerOptions.MaxPlanBytes).
+const MaxPlanBytes = 16 << 20
 
 // DecodePlan reads a plan that came from outside (an agent over HTTP, a Redis channel) and
 // validates it. Unknown fields are ignored, so the format can grow; a bad kind, mode,
@@ -247,4 +253,66 @@ func (p Plan) Find(key string, kind Kind) (Entry, bool) {
 		}
 	}
 	return Entry{}, false
+}
+
+// Bounds of an entry's JSON size, as encoding/json writes it with SetIndent("", "  ") at
+// the depth of a plan's entries (the agent's form; compact JSON is smaller): every byte
+// of field names, punctuation, indentation and values that are not strings or times.
+const (
+	entryJSONFixed = 640 // fields, indentation, two times of up to 35 bytes, durations
+	nodeJSONFixed  = 120 // a node's fields, indentation and slot
+	itemJSONFixed  = 16  // a predicted_by item's indentation and punctuation
+	planJSONFixed  = 256 // the plan's own fields
+)
+
+// sizeBound is an upper bound of the entry's JSON size (see entryJSONFixed); quick
+// counts every string byte as 6, the most encoding/json writes for one (\u00XX), so it
+// reads no string.
+func (e *Entry) sizeBound(quick bool) int {
+	n := entryJSONFixed + jsonLen(e.Key, quick) + jsonLen(e.Reason, quick) + jsonLen(e.TradeOff, quick) +
+		jsonLen(string(e.Kind), quick) + jsonLen(string(e.Mode), quick) + jsonLen(e.Override, quick)
+	for _, ev := range e.PredictedBy {
+		n += itemJSONFixed + jsonLen(ev, quick)
+	}
+	for _, nodes := range [2][]Node{e.Copies, e.SubCounters} {
+		for i := range nodes {
+			n += nodeJSONFixed + jsonLen(nodes[i].Name, quick) + jsonLen(nodes[i].Primary, quick)
+		}
+	}
+	return n
+}
+
+// jsonLen is the length of s as a JSON string by encoding/json, quotes included (or an
+// upper bound of it, 6 bytes a byte, when quick).
+func jsonLen(s string, quick bool) int {
+	if quick {
+		return 2 + 6*len(s)
+	}
+	n := 2
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				n += 2
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				n += 6 // \u00XX; \n and the like take 2
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			n += 6 // \ufffd
+		case r == '\u2028' || r == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
 }

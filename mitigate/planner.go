@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Namer names the Redis keys a mitigation creates and says where they live.
@@ -36,6 +37,13 @@ type PlannerOptions struct {
 	Lease time.Duration
 	// Now stamps overrides (Pin, Forbid). Default: time.Now.
 	Now func() time.Time
+	// MaxPlanBytes bounds the size of a plan's JSON (as the agent serves it, indented).
+	// When more entries are wanted than fit, the plan keeps enforced entries first, then
+	// recommended ones, then reports; within each, entries already published, then pinned
+	// ones, then those of the keys with the most traffic; the rest stay active but
+	// unpublished (Withheld counts them). Default: 8 MiB; 64 KiB to MaxPlanBytes, the
+	// SDK's limit.
+	MaxPlanBytes int
 }
 
 // Default values of PlannerOptions.
@@ -43,6 +51,8 @@ const (
 	DefaultMinActive = 30 * time.Second
 	DefaultCoolDown  = 60 * time.Second
 	DefaultLease     = 60 * time.Second
+	// DefaultMaxPlanBytes is half the SDK's limit.
+	DefaultMaxPlanBytes = 8 << 20
 )
 
 // Override is an operator's standing instruction for one key and kind.
@@ -70,14 +80,16 @@ type Planner struct {
 	minActive time.Duration
 	coolDown  time.Duration
 	lease     time.Duration
+	maxBytes  int
 	now       func() time.Time
 
-	mu        sync.Mutex // guards active, overrides, last, all and expires
+	mu        sync.Mutex // guards active, overrides, last, all, expires and withheld
 	active    map[planKey]*mitigation
 	overrides map[planKey]Override
 	last      Plan      // the plan Update last returned
 	all       []Entry   // every active mitigation at the last Update, Observe ones included
 	expires   time.Time // the lease end of the entries of last
+	withheld  int       // entries left out of last for its size
 }
 
 // planKey identifies a mitigation: one key, one kind.
@@ -96,6 +108,8 @@ type mitigation struct {
 	lowerSince  time.Time // since when the rules want a smaller N; zero when they do not
 	predictedBy []string
 	override    string
+	notes       string    // Report only: the notes part of d.Rule (overrides, naming)
+	rowSeen     time.Time // Report only: the last Update whose rules gave d.Rule
 }
 
 // NewPlanner checks the options and returns a planner with no mitigation active.
@@ -110,12 +124,16 @@ func NewPlanner(o PlannerOptions) (*Planner, error) {
 		return nil, fmt.Errorf("planner: cool-down %v: must be ≥ 0 (0 means 60s)", o.CoolDown)
 	case o.Lease != 0 && (o.Lease < 2*time.Second || o.Lease > MaxLease):
 		return nil, fmt.Errorf("planner: lease %v: must be 2s to %v (0 means 60s)", o.Lease, MaxLease)
+	case o.MaxPlanBytes != 0 && (o.MaxPlanBytes < 64<<10 || o.MaxPlanBytes > MaxPlanBytes):
+		return nil, fmt.Errorf("planner: max plan bytes %d: must be %d to %d, the SDK's limit (0 means %d)",
+			o.MaxPlanBytes, 64<<10, MaxPlanBytes, DefaultMaxPlanBytes)
 	}
 	p := &Planner{
 		rules:     o.Rules.withDefaults(),
 		minActive: cmp.Or(o.MinActive, DefaultMinActive),
 		coolDown:  cmp.Or(o.CoolDown, DefaultCoolDown),
 		lease:     cmp.Or(o.Lease, DefaultLease),
+		maxBytes:  cmp.Or(o.MaxPlanBytes, DefaultMaxPlanBytes),
 		now:       o.Now,
 		active:    make(map[planKey]*mitigation),
 		overrides: make(map[planKey]Override),
@@ -128,10 +146,14 @@ func NewPlanner(o PlannerOptions) (*Planner, error) {
 }
 
 // Pin forces kind on key whether it is hot or not, in mode (empty: the kind's mode from
-// the rules), until Clear. It replaces a Forbid of the same kind. Report cannot be pinned.
+// the rules), until Clear. It replaces a Forbid of the same kind. Report cannot be pinned,
+// nor a key that is not valid UTF-8 (the JSON plan cannot name it; Forbid can).
 func (p *Planner) Pin(key string, kind Kind, mode Mode) error {
 	if key == "" {
 		return fmt.Errorf("pin: key missing")
+	}
+	if !utf8.ValidString(key) {
+		return fmt.Errorf("pin %q: key is not valid UTF-8: the JSON plan cannot name it, so it gets no mitigation (forbid works, to hide its report)", key)
 	}
 	if !knownKind(kind) || kind == Report {
 		return fmt.Errorf("pin %q: kind %q: use l1, copies, sharded_counter or batched_counter", key, kind)
@@ -191,7 +213,8 @@ func (p *Planner) Overrides() []Override {
 }
 
 // Active returns every mitigation active at the last Update, in plan order, including
-// those in Observe mode that the plan leaves out (for metrics; their Expires is zero).
+// those the plan leaves out, in Observe mode or withheld for the plan's size (for metrics;
+// their Expires is zero).
 func (p *Planner) Active() []Entry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -298,15 +321,22 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 			reasons = append(reasons, n.text)
 			forbidden = forbidden || n.rule == RuleForbidden
 		}
+		noteSig := strings.Join(sig[1:], " ")
 		d.Rule, d.Reason = strings.Join(sig, " "), strings.Join(reasons, "; ")
 		m := p.active[pk]
 		if m == nil {
-			m = &mitigation{d: d, since: now}
+			m = &mitigation{d: d, since: now, notes: noteSig, rowSeen: now}
 			p.active[pk] = m
 		}
-		// The reason quotes rates: rewrite it only when the rows behind it change.
-		if m.d.Rule != d.Rule {
-			m.d = d
+		// The reason quotes rates: rewrite it only when the rows behind it change. What
+		// overrides and naming add shows at once; a change of the table's row only once
+		// the row the report states has not applied for CoolDown, so that a key swinging
+		// between two rows that both end in a report does not change the plan every tick.
+		switch {
+		case m.d.Rule == d.Rule:
+			m.rowSeen = now
+		case m.notes != noteSig || now.Sub(m.rowSeen) >= p.coolDown:
+			m.d, m.notes, m.rowSeen = d, noteSig, now
 		}
 		m.d.Mode = d.Mode
 		p.touch(now, m, pk, stats)
@@ -357,6 +387,7 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 			published = append(published, e)
 		}
 	}
+	published, p.withheld = p.bound(published, stats)
 	changed := !sameEntries(published, p.last.Entries, false) || primaries != p.last.Primaries
 	// A lease ending more than a lease from now was made before the clock stepped back:
 	// renew it on the new clock.
@@ -364,9 +395,10 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 		p.expires = now.Add(p.lease)
 		changed = true
 	}
-	for i := range all {
-		if all[i].Mode != Observe {
+	for i, j := 0, 0; i < len(all) && j < len(published); i++ { // published is a subsequence of all
+		if all[i].Key == published[j].Key && all[i].Kind == published[j].Kind {
 			all[i].Expires = p.expires
+			j++
 		}
 	}
 	for i := range published {
@@ -375,6 +407,89 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 	p.all = all
 	p.last = Plan{Generated: now, Primaries: primaries, Entries: published}
 	return p.last, changed
+}
+
+// Withheld returns how many entries the last Update left out of the plan to keep it
+// within MaxPlanBytes.
+func (p *Planner) Withheld() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.withheld
+}
+
+// bound keeps published, in plan order, within maxBytes (see PlannerOptions.MaxPlanBytes)
+// and returns the entries kept and how many it left out.
+func (p *Planner) bound(published []Entry, stats map[string]*KeyStats) ([]Entry, int) {
+	total := planJSONFixed
+	for i := range published {
+		total += published[i].sizeBound(true)
+	}
+	if total <= p.maxBytes {
+		return published, 0 // the common case: no string read
+	}
+	total = planJSONFixed
+	sizes := make([]int, len(published))
+	for i := range published {
+		sizes[i] = published[i].sizeBound(false)
+		total += sizes[i]
+	}
+	if total <= p.maxBytes {
+		return published, 0
+	}
+	type rank struct {
+		i         int
+		mode      int // enforce, recommend, report
+		incumbent bool
+		pinned    bool
+		traffic   float64
+	}
+	ranks := make([]rank, len(published))
+	for i := range published {
+		e := &published[i]
+		r := rank{i: i, mode: 1, pinned: e.Override == Pinned}
+		switch {
+		case e.Kind == Report:
+			r.mode = 2
+		case e.Mode == Enforce:
+			r.mode = 0
+		}
+		_, r.incumbent = slices.BinarySearchFunc(p.last.Entries, e, func(a Entry, b *Entry) int {
+			return cmpKey(a.Key, a.Kind, b.Key, b.Kind)
+		})
+		if st := stats[e.Key]; st != nil {
+			r.traffic = st.ReadRate + st.WriteRate
+		}
+		ranks[i] = r
+	}
+	slices.SortFunc(ranks, func(a, b rank) int {
+		return cmp.Or(cmp.Compare(a.mode, b.mode), -cmpBool(a.incumbent, b.incumbent), -cmpBool(a.pinned, b.pinned),
+			cmp.Compare(b.traffic, a.traffic), cmpKey(published[a.i].Key, published[a.i].Kind, published[b.i].Key, published[b.i].Kind))
+	})
+	keep := make([]bool, len(published))
+	room := p.maxBytes - planJSONFixed
+	for _, r := range ranks {
+		if sizes[r.i] <= room {
+			keep[r.i] = true
+			room -= sizes[r.i]
+		}
+	}
+	kept := published[:0]
+	for i, e := range published {
+		if keep[i] {
+			kept = append(kept, e)
+		}
+	}
+	return kept, len(published) - len(kept)
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // note is something the rules wanted that an override or naming turned into a report.
@@ -387,8 +502,8 @@ type note struct {
 // touch marks m wanted at now and refreshes what it says about overrides and predictions.
 func (p *Planner) touch(now time.Time, m *mitigation, pk planKey, stats map[string]*KeyStats) {
 	m.wanted = now
-	if st := stats[pk.key]; st != nil {
-		m.predictedBy = slices.Clone(st.PredictedBy)
+	if st := stats[pk.key]; st != nil && !slices.Equal(m.predictedBy, st.PredictedBy) {
+		m.predictedBy = slices.Clone(st.PredictedBy) // replaced, never changed: plans share it
 	}
 	m.override = ""
 	if o, ok := p.overrides[pk]; ok && o.Action == ActionPin {
