@@ -158,6 +158,9 @@ func (a *Agent) evaluate() {
 	if plan, changed := a.planner.Update(now, stats, a.namer()); changed {
 		plan = a.store.Publish(plan)
 		a.log.Info("plan changed", "version", plan.Version, "entries", len(plan.Entries))
+		if n := a.planner.Withheld(); n > 0 {
+			a.log.Warn("plan at its size bound: entries of the least busy keys left out", "withheld", n, "entries", len(plan.Entries))
+		}
 	}
 	for _, c := range changes {
 		a.metrics.change(c)

@@ -31,6 +31,7 @@ type metrics struct {
 	keyRate, keyShare, keyHot, keyLevel   *prometheus.Desc
 	traffic, distinct, hot, lag, keysDesc *prometheus.Desc
 	mitigations, planVersion, nodeShare   *prometheus.Desc
+	planWithheld                          *prometheus.Desc
 	eventExpected, eventObserved          *prometheus.Desc
 }
 
@@ -70,8 +71,10 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		lag:      prometheus.NewDesc("hotkeyd_ingest_lag_seconds", "Age of the newest evaluated window: how far what the agent shows trails the samples it has taken.", nil, nil),
 		keysDesc: prometheus.NewDesc("hotkeyd_topk_keys", "Keys evaluated: the combined top-k ranking and the keys of the read and write rankings it lacks (the per-key series shown).", nil, nil),
 
-		mitigations:   prometheus.NewDesc("hotkeyd_mitigations", "Active mitigations by kind and mode (observe ones included).", []string{"kind", "mode"}, nil),
-		planVersion:   prometheus.NewDesc("hotkeyd_plan_version", "Version of the current mitigation plan.", nil, nil),
+		mitigations: prometheus.NewDesc("hotkeyd_mitigations", "Active mitigations by kind and mode (observe ones included).", []string{"kind", "mode"}, nil),
+		planVersion: prometheus.NewDesc("hotkeyd_plan_version", "Version of the current mitigation plan.", nil, nil),
+		planWithheld: prometheus.NewDesc("hotkeyd_plan_withheld_entries",
+			"Mitigation entries left out of the plan because it would exceed mitigate.MaxPlanBytes (the least busy keys' first); 0 normally.", nil, nil),
 		eventExpected: prometheus.NewDesc("hotkeyd_event_expected_rate", "An armed registry event's expected peak rate on one key, requests/s.", []string{"event", "op"}, nil),
 		eventObserved: prometheus.NewDesc("hotkeyd_event_observed_rate", "The peak rate one key under an armed registry event has reached in this occurrence, requests/s.", []string{"event", "op"}, nil),
 		nodeShare:     prometheus.NewDesc("hotkeyd_node_share", "A primary's share of the load of the ranked keys, from sampled rates and the slot map.", []string{"primary"}, nil),
@@ -129,7 +132,7 @@ func (m *metrics) change(c detector.Change) {
 
 // Describe sends the descriptions of the per-key and window series.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc, m.mitigations, m.planVersion, m.nodeShare, m.eventExpected, m.eventObserved} {
+	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc, m.mitigations, m.planVersion, m.planWithheld, m.nodeShare, m.eventExpected, m.eventObserved} {
 		ch <- d
 	}
 }
@@ -152,6 +155,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(m.lag, lag)
 	gauge(m.planVersion, float64(v.planVersion))
+	gauge(m.planWithheld, float64(m.a.planner.Withheld()))
 	counts := map[[2]string]int{}
 	for _, e := range m.a.planner.Active() {
 		counts[[2]string{string(e.Kind), string(e.Mode)}]++

@@ -35,8 +35,8 @@ const (
 	backoffMax = 30 * time.Second
 )
 
-// maxPlanBytes bounds a plan's body.
-const maxPlanBytes = 16 << 20
+// maxPlanBytes bounds a plan's body: the most a planner publishes.
+const maxPlanBytes = mitigate.MaxPlanBytes
 
 // planIndex is a plan as the command path reads it: the enforced entries by key, with
 // their leases on the client's clock. It is immutable once published, except for the

@@ -1,0 +1,36 @@
+package agent
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/mitigate"
+)
+
+// TestPlanWithheldMetric: when more keys are mitigated than fit the plan's size bound,
+// the planner leaves some out; operators see how many in hotkeyd_plan_withheld_entries
+// (and a warning), instead of wondering why a hot key has no entry.
+func TestPlanWithheldMetric(t *testing.T) {
+	a, c, h := newTestAgent(t, Options{Planner: mitigate.PlannerOptions{MaxPlanBytes: 64 << 10}})
+	var flows []flow
+	for i := range 100 {
+		flows = append(flows, flow{key: fmt.Sprintf("%03d:%s", i, strings.Repeat("k", 500)), rate: 5000})
+	}
+	drive(a, c, 2*time.Second, true, flows...)
+	w := do(t, h, "GET", "/metrics", "")
+	m := regexp.MustCompile(`(?m)^hotkeyd_plan_withheld_entries (\d+)$`).FindStringSubmatch(w.Body.String())
+	if m == nil {
+		t.Fatalf("/metrics has no hotkeyd_plan_withheld_entries")
+	}
+	n, _ := strconv.Atoi(m[1])
+	if n == 0 || n != a.planner.Withheld() {
+		t.Errorf("hotkeyd_plan_withheld_entries %d, planner withheld %d; want them equal and above 0 (100 L1 entries of ~1 KB in 64 KiB)", n, a.planner.Withheld())
+	}
+	if got := len(a.store.Current().Entries); got+n < 100 {
+		t.Errorf("plan has %d entries and %d are withheld; want 100 in all", got, n)
+	}
+}
