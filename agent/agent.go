@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,9 @@ type Options struct {
 	// CopyRefresh is how often the agent rewrites copies of split keys from their
 	// originals (the staleness bound for writers that bypass the SDK). Default: 1s.
 	CopyRefresh time.Duration
+	// Version names the build (the binary's version); it is logged in the start line and
+	// exported as hotkeyd_build_info{version,goversion}. Default: "(devel)".
+	Version string
 	// History is how many one-second points of rate history a key keeps. Default: 60.
 	History int
 	// Sources build extra sample sources (the proxy tap, MONITOR) that send to the agent;
@@ -125,6 +129,7 @@ func New(o Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: max key bytes %d: must be ≥ 1", o.MaxKeyBytes)
 	}
 	o.History = defaults.Or(o.History, 60)
+	o.Version = defaults.Or(o.Version, "(devel)")
 	o.BodyTimeout = defaults.Or(o.BodyTimeout, 30*time.Second)
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
@@ -371,7 +376,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.ready.Store(true)
 	a.log.Info("hotkeyd agent started", "http", addrString(a.HTTPAddr()), "udp", addrString(a.UDPAddr()),
-		"window", a.opts.Detector.Window(), "topk", a.opts.Detector.K)
+		"window", a.opts.Detector.Window(), "topk", a.opts.Detector.K, "version", a.opts.Version, "go", runtime.Version())
 
 	<-ctx.Done()
 	stopping := a.now()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -31,7 +32,7 @@ type metrics struct {
 	keyRate, keyShare, keyHot, keyLevel   *prometheus.Desc
 	traffic, distinct, hot, lag, keysDesc *prometheus.Desc
 	mitigations, planVersion, nodeShare   *prometheus.Desc
-	planWithheld                          *prometheus.Desc
+	planWithheld, buildInfo               *prometheus.Desc
 	eventExpected, eventObserved          *prometheus.Desc
 }
 
@@ -73,6 +74,8 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 
 		mitigations: prometheus.NewDesc("hotkeyd_mitigations", "Active mitigations by kind and mode (observe ones included).", []string{"kind", "mode"}, nil),
 		planVersion: prometheus.NewDesc("hotkeyd_plan_version", "Version of the current mitigation plan.", nil, nil),
+		buildInfo: prometheus.NewDesc("hotkeyd_build_info", "1, labelled with the build's version and Go version.",
+			nil, prometheus.Labels{"version": a.opts.Version, "goversion": runtime.Version()}),
 		planWithheld: prometheus.NewDesc("hotkeyd_plan_withheld_entries",
 			"Mitigation entries left out of the plan because it would exceed mitigate.MaxPlanBytes (the least busy keys' first); 0 normally.", nil, nil),
 		eventExpected: prometheus.NewDesc("hotkeyd_event_expected_rate", "An armed registry event's expected peak rate on one key, requests/s.", []string{"event", "op"}, nil),
@@ -132,7 +135,7 @@ func (m *metrics) change(c detector.Change) {
 
 // Describe sends the descriptions of the per-key and window series.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc, m.mitigations, m.planVersion, m.planWithheld, m.nodeShare, m.eventExpected, m.eventObserved} {
+	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc, m.mitigations, m.planVersion, m.planWithheld, m.buildInfo, m.nodeShare, m.eventExpected, m.eventObserved} {
 		ch <- d
 	}
 }
@@ -156,6 +159,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.lag, lag)
 	gauge(m.planVersion, float64(v.planVersion))
 	gauge(m.planWithheld, float64(m.a.planner.Withheld()))
+	gauge(m.buildInfo, 1)
 	counts := map[[2]string]int{}
 	for _, e := range m.a.planner.Active() {
 		counts[[2]string{string(e.Kind), string(e.Mode)}]++

@@ -34,3 +34,23 @@ func TestPlanWithheldMetric(t *testing.T) {
 		t.Errorf("plan has %d entries and %d are withheld; want 100 in all", got, n)
 	}
 }
+
+// TestBuildInfo: the build's version is in /metrics, for dashboards and alerts that must
+// say which hotkeyd ran.
+func TestBuildInfo(t *testing.T) {
+	_, _, h := newTestAgent(t, Options{Version: "v1.2.3"})
+	body := do(t, h, "GET", "/metrics", "").Body.String()
+	if !regexp.MustCompile(`(?m)^hotkeyd_build_info\{goversion="go[^"]+",version="v1\.2\.3"\} 1$`).MatchString(body) {
+		t.Errorf("/metrics has no hotkeyd_build_info with version v1.2.3:\n%s", grepLines(body, "build_info"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
