@@ -30,17 +30,40 @@ const (
 	demoBackground = 20_000    // background requests per second
 	demoEvery      = 10        // the demo apps report 1 request in 10
 	demoFlashKey   = "sale:sku:4711"
-	demoRedisRate  = 2_000 // GETs per second through the proxy tap, when redis-server exists
+	demoRedisRate  = 2_000           // GETs per second through the proxy tap, when redis-server exists
+	demoAfterSpike = 2 * time.Second // the least time the demo runs after the spike starts
 )
 
-func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("demo", stderr)
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	fs := newFlags("demo", args, stdout, stderr)
 	duration := fs.Duration("duration", 12*time.Second, "how long the demo runs")
 	spikeAt := fs.Duration("spike-at", 4*time.Second, "when the flash sale starts")
 	noRedis := fs.Bool("no-redis", false, "skip the real Redis part even if redis-server is installed")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: hotkeyd demo [flags]\n\n"+
+			"The whole story on one machine, no set-up: an agent on loopback ports, generated traffic\n"+
+			"with a flash-sale spike, its detection and mitigation, printed live. Ctrl-C stops it.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("demo takes no arguments, got %q", fs.Args())
+	}
+	if *spikeAt < 0 {
+		return fmt.Errorf("demo: --spike-at %v: want a duration of 0 or more", *spikeAt)
+	}
+	if *duration < *spikeAt+demoAfterSpike {
+		return fmt.Errorf("demo: --duration %v: want at least %v after --spike-at %v, for the spike to be flagged", *duration, demoAfterSpike, *spikeAt)
+	}
+	interrupted := ctx // Ctrl-C or SIGTERM, as opposed to the demo's end
+	defer func() {
+		if interrupted.Err() != nil {
+			err = nil // whatever failed, failed because the demo was stopped
+			fmt.Fprintln(stdout, "\ndemo interrupted; everything it started is stopped")
+		}
+	}()
 	// The agent outlives the traffic by a little, so that the report can be read.
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
@@ -268,6 +291,9 @@ func watch(ctx context.Context, w io.Writer, base string, start time.Time, spike
 	for {
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return ctx.Err() // interrupted, not the demo's end
+			}
 			if !flagged {
 				return errors.New("the flash key was not flagged before the demo ended")
 			}

@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	_ "time/tzdata" // registry events name IANA zones: a host or container without zoneinfo must know them too
@@ -66,9 +67,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "registry":
 		return registryCmd(ctx, rest, stdin, stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "hotkeyd", versionString())
+		fmt.Fprintln(stdout, "hotkeyd", versionString(), runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH)
 		return nil
 	case "help", "-h", "--help":
+		if len(rest) > 0 && rest[0] != "help" && rest[0] != "-h" && rest[0] != "--help" {
+			if rest[0] == "version" {
+				return run(ctx, rest[:1], stdin, stdout, stderr)
+			}
+			return run(ctx, []string{rest[0], "--help"}, stdin, stdout, stderr) // hotkeyd help serve
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
@@ -77,20 +84,52 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 }
 
+// versionString is the build's version: the one set with -ldflags, else the module's,
+// else the VCS revision the binary was built from (with "+dirty" for local changes), else
+// "(devel)".
 func versionString() string {
 	if version != "" {
 		return version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)"
+	}
+	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
-	return "(devel)"
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return "(devel)"
+	}
+	return "(devel) " + rev[:min(12, len(rev))] + dirty
 }
 
-// newFlags returns a flag set that reports errors to stderr and does not exit.
-func newFlags(name string, stderr io.Writer) *pflag.FlagSet {
+// newFlags returns a flag set that reports errors (with the usage) to stderr and does not
+// exit. When args ask for help (-h or --help), the usage goes to stdout instead, so that
+// it can be piped to grep or a pager.
+func newFlags(name string, args []string, stdout, stderr io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "--help" {
+			fs.SetOutput(stdout)
+			break
+		}
+	}
 	fs.SortFlags = false
 	return fs
 }

@@ -196,13 +196,13 @@ func TestRegistryHelp(t *testing.T) {
 		}
 	}
 	t.Setenv("HOTKEYD_AUTH_TOKEN", "s3cret")
-	_, stderr, _ := runCmd(t, context.Background(), "registry", "add", "--help")
-	if strings.Contains(stderr, "s3cret") {
+	help, _, _ := runCmd(t, context.Background(), "registry", "add", "--help") // asked for: on stdout
+	if strings.Contains(help, "s3cret") {
 		t.Error("registry add --help shows $HOTKEYD_AUTH_TOKEN")
 	}
 	for _, flag := range []string{"--recurrence", "--zone", "--expected-write-rate", "--mitigation", "--owner", "--note", "--file"} {
-		if !strings.Contains(stderr, flag) {
-			t.Errorf("registry add --help lacks %s:\n%s", flag, stderr)
+		if !strings.Contains(help, flag) {
+			t.Errorf("registry add --help lacks %s:\n%s", flag, help)
 		}
 	}
 }

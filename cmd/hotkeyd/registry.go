@@ -38,9 +38,9 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		fmt.Fprint(stdout, registryUsage)
 		return nil
 	}
-	fs := newFlags("registry "+sub, stderr)
+	fs := newFlags("registry "+sub, args[1:], stdout, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, registryUsage, "\nFlags:\n")
+		fmt.Fprint(fs.Output(), registryUsage, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	addr := fs.String("addr", "http://127.0.0.1:9736", "the agent's HTTP `URL`")

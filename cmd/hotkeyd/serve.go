@@ -17,10 +17,10 @@ import (
 )
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", stderr)
+	fs := newFlags("serve", args, stdout, stderr)
 	config.RegisterFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: hotkeyd serve [--config FILE] [flags]\n\nEvery config key can also be set as HOTKEYD_<KEY> (see config/example.yaml).\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "Usage: hotkeyd serve [--config FILE] [flags]\n\nEvery config key can also be set as HOTKEYD_<KEY> (see config/example.yaml).\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -76,6 +76,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 	}
 	d := cfg.Detector
 	opts := agent.Options{
+		Version: versionString(),
 		Detector: detector.Options{
 			Width:  d.Width,
 			Depth:  d.Depth,
@@ -179,8 +180,9 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(strings.ToUpper(c.Level)))
 	ho := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, ho)
 	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, ho))
+		h = slog.NewJSONHandler(w, ho)
 	}
-	return slog.New(slog.NewTextHandler(w, ho))
+	return slog.New(h)
 }

@@ -25,3 +25,13 @@ func rawTerminal(f *os.File) (restore func(), err error) {
 	}
 	return func() { _ = unix.IoctlSetTermios(fd, ioctlSetTermios, old) }, nil
 }
+
+// termSize returns the size in cells of the terminal f, and false when f is not a
+// terminal (a pipe or a file).
+func termSize(f *os.File) (cols, rows int, ok bool) {
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0, 0, false
+	}
+	return int(ws.Col), int(ws.Row), true
+}

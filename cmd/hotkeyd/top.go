@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,21 +19,41 @@ import (
 	"github.com/hotkeyd/hotkeyd/agent"
 )
 
+// topMaxN is the largest n that GET /v1/topk accepts.
+const topMaxN = 10000
+
 func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("top", stderr)
+	fs := newFlags("top", args, stdout, stderr)
 	addr := fs.String("addr", "http://127.0.0.1:9736", "the agent's HTTP `URL`")
-	n := fs.Int("n", 20, "how many keys to show")
-	op := fs.String("op", "all", "ranking: all, read or write")
+	n := fs.Int("n", 20, "how many keys to show (1 to 10000; fewer if the terminal is shorter)")
+	op := fs.String("op", "all", "ranking: all, read, write (or bytes, with detector.bytes on)")
 	interval := fs.Duration("interval", time.Second, "refresh interval")
 	once := fs.Bool("once", false, "print one frame and exit (for scripts)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: hotkeyd top [--addr URL] [flags]\n\n"+
+			"A live view of the agent's hot keys (GET /v1/topk), refreshed every --interval; q or\n"+
+			"Ctrl-C quits. Into a pipe or a file it writes plain frames one after another.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("top takes no arguments, got %q; to watch another agent use --addr http://%s", fs.Args(), strings.TrimPrefix(fs.Arg(0), "http://"))
 	}
 	if *interval <= 0 {
 		return fmt.Errorf("--interval %v: want a positive duration such as 1s", *interval)
 	}
+	if *n < 1 || *n > topMaxN {
+		return fmt.Errorf("--n %d: want a whole number from 1 to %d", *n, topMaxN)
+	}
+	switch *op {
+	case "all", "read", "write", "bytes":
+	default:
+		return fmt.Errorf("--op %q: want all, read or write (or bytes, with detector.bytes on)", *op)
+	}
 	u, err := url.Parse(strings.TrimSuffix(*addr, "/") + "/v1/topk")
-	if err != nil || u.Host == "" {
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return fmt.Errorf("--addr %q: want a URL such as http://127.0.0.1:9736", *addr)
 	}
 	u.RawQuery = url.Values{"n": {fmt.Sprint(*n)}, "op": {*op}}.Encode()
@@ -41,7 +63,7 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err != nil {
 			return err
 		}
-		renderTop(stdout, reply, *addr, time.Now())
+		renderTop(stdout, reply, *addr, time.Now(), 0)
 		return nil
 	}
 
@@ -64,16 +86,41 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			}
 		}
 	}()
+	out, _ := stdout.(*os.File)
 	t := time.NewTicker(*interval)
 	defer t.Stop()
-	for {
+	var frame bytes.Buffer
+	for first := true; ; first = false {
 		reply, err := fetchTop(ctx, client, u.String())
-		fmt.Fprint(stdout, "\x1b[H\x1b[2J") // home, clear
-		if err != nil {
-			fmt.Fprintf(stdout, "hotkeyd top — %s\n\n%v\n\nretrying every %v; q to quit\n", *addr, err, *interval)
-		} else {
-			renderTop(stdout, reply, *addr, time.Now())
+		if ctx.Err() != nil {
+			fmt.Fprintln(stdout)
+			return nil // q, Ctrl-C or SIGTERM during the request: not an error to show
 		}
+		frame.Reset()
+		cols, rows, tty := 0, 0, false
+		if out != nil {
+			cols, rows, tty = termSize(out)
+		}
+		switch {
+		case tty:
+			frame.WriteString("\x1b[H\x1b[2J") // home, clear
+		case !first:
+			frame.WriteString("\n") // plain frames one after another, for a file or a pager
+		}
+		if err != nil {
+			fmt.Fprintf(&frame, "hotkeyd top — %s\n\n%s\n\nretrying every %v; q to quit\n", *addr, escapeControls(err.Error()), *interval)
+		} else {
+			if keys := rows - 5; tty && keys >= 1 && len(reply.Keys) > keys {
+				// The frame must fit, or the terminal scrolls the header away.
+				hidden := len(reply.Keys) - (keys - 1)
+				reply.Keys = reply.Keys[:keys-1]
+				renderTop(&frame, reply, *addr, time.Now(), cols)
+				fmt.Fprintf(&frame, "%s\n", truncateCells(fmt.Sprintf("(%d more below; a taller terminal shows them)", hidden), cols))
+			} else {
+				renderTop(&frame, reply, *addr, time.Now(), cols)
+			}
+		}
+		_, _ = stdout.Write(frame.Bytes())
 		select {
 		case <-ctx.Done():
 			fmt.Fprintln(stdout)
@@ -95,7 +142,14 @@ func fetchTop(ctx context.Context, c *http.Client, u string) (*agent.TopK, error
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
+		var e struct {
+			Error string `json:"error"`
+		}
+		msg := strings.TrimSpace(string(b))
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, escapeControls(msg)) // any server's reply: no escape sequence reaches the terminal
 	}
 	var r agent.TopK
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
@@ -104,33 +158,135 @@ func fetchTop(ctx context.Context, c *http.Client, u string) (*agent.TopK, error
 	return &r, nil
 }
 
-// renderTop writes one frame: a header line and a table of keys.
-func renderTop(w io.Writer, r *agent.TopK, addr string, now time.Time) {
-	fmt.Fprintf(w, "hotkeyd top — %s — %s — q to quit\n", addr, now.Format("15:04:05"))
-	fmt.Fprintf(w, "traffic %s/s over %.1fs · %d distinct keys · %d hot\n\n", human(r.TotalRate), r.WindowSeconds, r.DistinctKeys, r.HotKeys)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "#\tRATE/s\tSHARE\tREAD/s\tWRITE/s\tHOT SINCE\t KEY\t")
+// topNarrow is the width below which top drops the read, write and since columns.
+const topNarrow = 80
+
+// renderTop writes one frame: a header line and a table of keys. With cols > 0 (a
+// terminal that wide) no line is wider than cols cells; 0 means no limit.
+func renderTop(w io.Writer, r *agent.TopK, addr string, now time.Time, cols int) {
+	var buf bytes.Buffer
+	narrow := cols > 0 && cols < topNarrow
+	fmt.Fprintf(&buf, "hotkeyd top — %s — q to quit — %s\n", now.Format("15:04:05"), addr)
+	if narrow {
+		fmt.Fprintf(&buf, "%s/s · %d keys · %d hot\n\n", human(r.TotalRate), r.DistinctKeys, r.HotKeys)
+	} else {
+		fmt.Fprintf(&buf, "traffic %s/s over %.1fs · %d distinct keys · %d hot\n\n", human(r.TotalRate), r.WindowSeconds, r.DistinctKeys, r.HotKeys)
+	}
+	// Numbers are right-aligned cells; the key is the text after the last cell, so that
+	// it starts in the same column whatever its length.
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if narrow {
+		fmt.Fprintln(tw, "#\tRATE/s\tSHARE\tHOT\t  KEY")
+	} else {
+		fmt.Fprintln(tw, "#\tRATE/s\tSHARE\tREAD/s\tWRITE/s\tHOT SINCE\t  KEY")
+	}
 	for i, k := range r.Keys {
+		key := displayKey(k.Key)
+		if !narrow {
+			key = truncateCells(key, 60)
+		}
+		if len(k.PredictedBy) > 0 {
+			key += " [predicted: " + escapeControls(strings.Join(k.PredictedBy, ",")) + "]"
+		}
+		if narrow {
+			hot := "-"
+			if k.Hot {
+				hot = "HOT"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%.1f%%\t%s\t  %s\n", i+1, human(k.Rate), 100*k.Share, hot, key)
+			continue
+		}
 		since := "-"
 		if k.Hot && k.HotSince != nil {
 			since = fmt.Sprintf("HOT %s (%s)", k.HotSince.Local().Format("15:04:05"), now.Sub(*k.HotSince).Round(time.Second))
 		}
-		key := k.Key
-		if strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
-			key = strconv.Quote(key) // no control character reaches the terminal
-		}
-		if len(key) > 60 {
-			key = key[:57] + "..."
-		}
-		if len(k.PredictedBy) > 0 {
-			key += " [predicted: " + strings.Join(k.PredictedBy, ",") + "]"
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%.1f%%\t%s\t%s\t%s\t %s\t\n", i+1, human(k.Rate), 100*k.Share, human(k.ReadRate), human(k.WriteRate), since, key)
+		fmt.Fprintf(tw, "%d\t%s\t%.1f%%\t%s\t%s\t%s\t  %s\n", i+1, human(k.Rate), 100*k.Share, human(k.ReadRate), human(k.WriteRate), since, key)
 	}
 	tw.Flush()
 	if len(r.Keys) == 0 {
-		fmt.Fprintln(w, "(no traffic in the window)")
+		fmt.Fprintln(&buf, "(no traffic in the window)")
 	}
+	if cols <= 0 {
+		_, _ = w.Write(buf.Bytes())
+		return
+	}
+	sc := bufio.NewScanner(&buf)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		fmt.Fprintln(w, truncateCells(sc.Text(), cols))
+	}
+}
+
+// displayKey returns the key as it can be shown on a terminal: as is when every character
+// is printable, else quoted with Go escapes, so that no control character or escape
+// sequence in a key reaches the terminal.
+func displayKey(key string) string {
+	if strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(key)
+	}
+	return key
+}
+
+// escapeControls replaces every character that is not printable (or a newline) by its Go
+// escape, for text from elsewhere, such as an error that quotes a server's reply.
+func escapeControls(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return r != '\n' && !unicode.IsPrint(r) }) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if r == '\n' || unicode.IsPrint(r) {
+			b.WriteRune(r)
+		} else {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+	}
+	return b.String()
+}
+
+// truncateCells cuts s to at most n terminal cells, ending it with "..." when cut.
+// Characters are never split.
+func truncateCells(s string, n int) string {
+	if n <= 0 || cells(s) <= n {
+		return s
+	}
+	if n <= 3 {
+		return strings.Repeat(".", n)
+	}
+	w := 0
+	for i, r := range s {
+		if w+runeCells(r) > n-3 {
+			return s[:i] + "..."
+		}
+		w += runeCells(r)
+	}
+	return s
+}
+
+// cells is the width of s on a terminal.
+func cells(s string) int {
+	w := 0
+	for _, r := range s {
+		w += runeCells(r)
+	}
+	return w
+}
+
+// runeCells is the number of terminal cells r takes: 0 for combining marks, 2 for East
+// Asian wide and fullwidth characters and emoji, else 1.
+func runeCells(r rune) int {
+	switch {
+	case unicode.In(r, unicode.Mn, unicode.Me):
+		return 0
+	case r >= 0x1100 && r <= 0x115F, r >= 0x2E80 && r <= 0x303E, r >= 0x3041 && r <= 0x33FF,
+		r >= 0x3400 && r <= 0x4DBF, r >= 0x4E00 && r <= 0x9FFF, r >= 0xA000 && r <= 0xA4CF,
+		r >= 0xAC00 && r <= 0xD7A3, r >= 0xF900 && r <= 0xFAFF, r >= 0xFE30 && r <= 0xFE4F,
+		r >= 0xFF00 && r <= 0xFF60, r >= 0xFFE0 && r <= 0xFFE6, r >= 0x1F300 && r <= 0x1F64F,
+		r >= 0x1F900 && r <= 0x1F9FF, r >= 0x20000 && r <= 0x3FFFD:
+		return 2
+	}
+	return 1
 }
 
 // human formats a rate with k/M suffixes.

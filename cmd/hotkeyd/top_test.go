@@ -19,7 +19,7 @@ func TestRenderTopEscapesKeys(t *testing.T) {
 		{Key: "bell\a\r\nline", Rate: 5},
 	}}
 	var buf bytes.Buffer
-	renderTop(&buf, r, "http://127.0.0.1:9736", time.Unix(0, 0))
+	renderTop(&buf, r, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
 	out := buf.String()
 	for _, c := range []string{"\x1b", "\a", "\r"} {
 		if strings.Contains(out, c) {
