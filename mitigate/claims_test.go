@@ -98,6 +98,23 @@ func (b backend) absent(t *testing.T, when string, names []Node) {
 	}
 }
 
+// rounds advances clock by step n times and runs a round of each executor after each
+// step, in order; after, when not nil, is called with the step's index once they ran.
+func rounds(t *testing.T, clock *execClock, step time.Duration, n int, after func(i int), execs ...claimsExec) {
+	t.Helper()
+	for i := range n {
+		clock.Add(step)
+		for j, e := range execs {
+			if err := e.Refresh(context.Background()); err != nil {
+				t.Fatalf("round %d, executor %d: Refresh: %v", i, j, err)
+			}
+		}
+		if after != nil {
+			after(i)
+		}
+	}
+}
+
 func mustDo(t *testing.T, rdb Redis, args ...any) {
 	t.Helper()
 	if err := rdb.Do(context.Background(), args...).Err(); err != nil {
@@ -131,16 +148,9 @@ func testClaimsRecover(t *testing.T, b backend) {
 	}
 	b.exist(t, "after B's Recover", names)
 	// Rounds over three grace periods: A renews its claim, B retires and scans again.
-	for i := range 6 {
-		clock.Add(grace / 2)
-		if err := ea.Refresh(ctx); err != nil {
-			t.Fatalf("A Refresh: %v", err)
-		}
-		if err := eb.Refresh(ctx); err != nil {
-			t.Fatalf("B Refresh %d: %v", i, err)
-		}
+	rounds(t, clock, grace/2, 6, func(int) {
 		b.exist(t, "after B's round "+clock.Now().Format(time.TimeOnly), names)
-	}
+	}, ea, eb)
 	if got := eb.count(Copies, "copy_kept_claimed"); got < 3 {
 		t.Errorf("B copy_kept_claimed: got %v; want ≥ 3 (one per copy Recover left alone)", got)
 	}
@@ -177,16 +187,7 @@ func testClaimsFewerCopies(t *testing.T, b backend) {
 		t.Fatalf("B Recover: %v", err)
 	}
 	b.exist(t, "after B's Recover", names)
-	for i := range 4 {
-		clock.Add(grace / 2)
-		if err := ea.Refresh(ctx); err != nil {
-			t.Fatalf("A Refresh: %v", err)
-		}
-		if err := eb.Refresh(ctx); err != nil {
-			t.Fatalf("B Refresh %d: %v", i, err)
-		}
-		b.exist(t, "after B's round", names)
-	}
+	rounds(t, clock, grace/2, 4, func(int) { b.exist(t, "after B's round", names) }, ea, eb)
 	// B goes up to 4 and down to 2 again: copies 3 and 4 are A's.
 	if err := eb.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
 		t.Fatalf("B Apply n=4: %v", err)
@@ -261,12 +262,7 @@ func testClaimsCrash(t *testing.T, b backend) {
 	}
 	b.exist(t, "after B's Recover, A's claim live", names)
 	// A dies now. Its claim runs out; B's next rounds delete its copies.
-	for range 4 {
-		clock.Add(grace / 2)
-		if err := eb.Refresh(ctx); err != nil {
-			t.Fatalf("B Refresh: %v", err)
-		}
-	}
+	rounds(t, clock, grace/2, 4, nil, eb)
 	b.absent(t, "two grace periods after A crashed", names)
 	if got, err := b.rdb.Do(ctx, "HLEN", claimsTestKey).Int(); err != nil || got != 0 {
 		t.Errorf("HLEN %s after A's claim expired: got %d, %v; want 0 (pruned)", claimsTestKey, got, err)
@@ -277,20 +273,10 @@ func testClaimsCrash(t *testing.T, b backend) {
 	}
 	// Another executor of the fleet ran the periodic scan a moment ago: B's is skipped.
 	mustDo(t, b.rdb, "SET", SweepKey, "other", "PX", "600000")
-	for range 30 { // 15 grace periods: past B's periodic scan (10–12.5 grace periods after Recover)
-		clock.Add(grace / 2)
-		if err := eb.Refresh(ctx); err != nil {
-			t.Fatalf("B Refresh: %v", err)
-		}
-	}
+	rounds(t, clock, grace/2, 30, nil, eb) // 15 grace periods: past B's periodic scan (10–12.5 after Recover)
 	b.exist(t, "15 grace periods after Recover, another executor holding the scan", strays)
 	mustDo(t, b.rdb, "DEL", SweepKey)
-	for range 30 { // past B's next periodic scan
-		clock.Add(grace / 2)
-		if err := eb.Refresh(ctx); err != nil {
-			t.Fatalf("B Refresh: %v", err)
-		}
-	}
+	rounds(t, clock, grace/2, 30, nil, eb) // past B's next periodic scan
 	b.absent(t, "30 grace periods after Recover, the scan free", strays)
 	b.rdb.Do(ctx, "DEL", key)
 }
