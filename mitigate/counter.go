@@ -451,7 +451,9 @@ const ReplicaWait = 200 * time.Millisecond
 
 // runReplicated runs s on one connection to the primary of keys[0]'s slot, then waits up
 // to ReplicaWait until every replica of that primary has what s wrote (WAIT on that
-// connection; every script it runs writes, so WAIT covers what an earlier run wrote too).
+// connection; every script it runs writes, so WAIT covers what an earlier run wrote too,
+// except when it replies with an empty list, which means it found nothing and wrote
+// nothing: no wait then).
 // The second result is an error when that is not known: a replica did not acknowledge in
 // time, or s could not run on one connection (a slot table that is out of date, a client
 // that is neither a *redis.Client nor a *redis.ClusterClient, which then runs s as usual
@@ -484,6 +486,11 @@ func runReplicated(ctx context.Context, rdb Redis, s script, keys []string, args
 		return s.run(ctx, rdb, keys, args...), errors.New("slot moved: replicas not checked")
 	}
 	if cmd.Err() != nil {
+		return cmd, nil
+	}
+	if r, ok := cmd.Val().([]any); ok && len(r) == 0 {
+		// An empty list is foldMove's "nothing to fold": it wrote nothing to wait for
+		// (every round folds each draining sub-counter, mostly empty).
 		return cmd, nil
 	}
 	n, err := replicaCount(ctx, conn)

@@ -81,14 +81,17 @@ type ExecutorOptions struct {
 	// it leaves alone the copies that other live claims list. It must differ between
 	// executors that run at the same time. The Redis user needs access to ClaimsKey
 	// (HGETALL, HSET, HDEL, EVALSHA): an executor that cannot read the claims deletes no
-	// copy (fail safe). Claims last one GracePeriod and are renewed at the first round
-	// after half of it, so RefreshPeriod must stay well below GracePeriod/2 (the
-	// defaults: 1s and 60s). Default: 16 random hex digits, made by NewExecutor.
+	// copy (fail safe); and to SweepKey (SET), without which every executor runs the
+	// periodic scan itself, logging an error each time. Claims last one GracePeriod and
+	// are renewed at the first round after half of it, so RefreshPeriod must stay well
+	// below GracePeriod/2 (the defaults: 1s and 60s). Default: 16 random hex digits, made
+	// by NewExecutor.
 	ID string
 	// RescanPeriod is how often a round scans every primary for copies that neither this
 	// executor nor any live claim uses (left by an executor that crashed, or written by a
 	// client after every earlier scan) and deletes them; each wait is RescanPeriod plus
-	// up to a quarter of it, drawn from a source seeded by ID. Default: 10 × GracePeriod.
+	// up to a quarter of it, drawn from a source seeded by ID. The fleet runs one scan per
+	// RescanPeriod between its executors (SweepKey). Default: 10 × GracePeriod.
 	RescanPeriod time.Duration
 	// Registry receives hotkeyd_mitigation_actions_total. Default: no metrics.
 	Registry *prometheus.Registry
@@ -554,11 +557,15 @@ func (e *Executor) round(ctx context.Context) error {
 		e.sweep = e.nextSweep(now)
 	case !now.Before(e.sweep):
 		mine, err := e.takeSweep(ctx)
-		if !mine {
-			if err == nil { // another executor scanned within RescanPeriod
-				e.sweep = e.nextSweep(now)
-			}
+		if err != nil {
+			// Unknown whether another executor scanned (Redis unreachable, or an ACL
+			// without SweepKey): scan all the same rather than never; a scan that fails
+			// too is tried again at the next round.
+			e.did("", "", ActionError, 1, "taking the periodic scan's turn failed; scanning all the same",
+				slog.String("error", err.Error()))
 			errs = append(errs, err)
+		} else if !mine { // another executor scanned within RescanPeriod
+			e.sweep = e.nextSweep(now)
 			break
 		}
 		err, claimErr := e.scanLeftovers(ctx, "claimed by no live executor (one that crashed, or a client's write after the scans)", true)

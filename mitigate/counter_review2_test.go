@@ -1,0 +1,64 @@
+package mitigate
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+)
+
+// commandCalls returns the calls of every command since the last CONFIG RESETSTAT.
+func commandCalls(t *testing.T, c *redis.Client) map[string]int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	out := map[string]int{}
+	for _, l := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+		out[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return out
+}
+
+// TestEmptyFoldCostReview2: folding a sub-counter that holds nothing (what every round
+// does for each draining sub-counter, for a whole grace period) writes nothing, so it
+// needs no replica check: one script call, not a script, CLUSTER MYID, ROLE or CLUSTER
+// REPLICAS and WAIT.
+func TestEmptyFoldCostReview2(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	const key = "rv2:likes"
+	b := backend{rdb: c, topo: StandaloneTopology(s.Addr()), addrs: []string{s.Addr()}}
+	subs := b.names(t, key, 2, ShardedCounter)
+	if _, err := foldSub(ctx, c, key, subs[0].Name); err != nil { // loads the script
+		t.Fatalf("foldSub: %v", err)
+	}
+	mustDo(t, c, "CONFIG", "RESETSTAT")
+	const folds = 10
+	for range folds {
+		if _, err := foldSub(ctx, c, key, subs[0].Name); err != nil {
+			t.Fatalf("foldSub: %v", err)
+		}
+	}
+	calls := commandCalls(t, c)
+	n := 0
+	for _, name := range []string{"evalsha", "eval", "cluster|myid", "cluster|replicas", "role", "wait"} {
+		n += calls[name] // calls made inside the script are counted apart
+	}
+	if n != folds {
+		t.Errorf("commands for %d folds of an empty sub-counter: got %d round trips (%v); want %d", folds, n, calls, folds)
+	}
+}
