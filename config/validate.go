@@ -135,6 +135,12 @@ func (c Config) Validate() error {
 	v.duration("mitigate.cool_down", m.CoolDown, time.Second, 24*time.Hour)
 	v.duration("mitigate.lease", m.Lease, 2*time.Second, mitigate.MaxLease)
 	v.duration("mitigate.copy_refresh", m.CopyRefresh, 10*time.Millisecond, time.Minute)
+	if m.Lease >= 2*time.Second && m.CopyRefresh > m.Lease/4 {
+		// Copy claims (several agents on one cluster) last one lease and are renewed at the
+		// first round after half of it: a round period near lease/2 lets them lapse.
+		v.add("mitigate.copy_refresh", m.CopyRefresh, fmt.Sprintf("is too long for mitigate.lease %v", m.Lease),
+			fmt.Sprintf("use at most a quarter of the lease (%v), so that the agent's copy claims are renewed in time", m.Lease/4))
+	}
 
 	v.events(c.Registry.Events)
 
