@@ -62,3 +62,27 @@ func TestEmptyFoldCostReview2(t *testing.T) {
 		t.Errorf("commands for %d folds of an empty sub-counter: got %d round trips (%v); want %d", folds, n, calls, folds)
 	}
 }
+
+// TestFoldWithoutAdminCommands: a Redis user without the @admin commands (ROLE, CLUSTER
+// REPLICAS), which the executor otherwise does not need, still folds: the fold cannot
+// learn the replicas to wait for, and goes on without waiting, as it did before it waited.
+func TestFoldWithoutAdminCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.Start(t)
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer admin.Close()
+	mustDo(t, admin, "ACL", "SETUSER", "hk", "on", ">pw", "~*", "+@all", "-@admin")
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "hk", Password: "pw"})
+	defer c.Close()
+	const key = "noadmin:likes"
+	b := backend{rdb: admin, topo: StandaloneTopology(s.Addr()), addrs: []string{s.Addr()}}
+	subs := b.names(t, key, 2, ShardedCounter)
+	mustDo(t, admin, "SET", subs[0].Name, "5")
+	if _, err := foldSub(ctx, c, key, subs[0].Name); err != nil {
+		t.Fatalf("foldSub as a user without @admin: %v; want the fold done without waiting for replicas", err)
+	}
+	if v, err := admin.Get(ctx, key).Int(); err != nil || v != 5 {
+		t.Errorf("%s after the fold: %d, %v; want 5", key, v, err)
+	}
+}
