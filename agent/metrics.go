@@ -72,7 +72,7 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		lag:      prometheus.NewDesc("hotkeyd_ingest_lag_seconds", "Age of the newest evaluated window: how far what the agent shows trails the samples it has taken.", nil, nil),
 		keysDesc: prometheus.NewDesc("hotkeyd_topk_keys", "Keys evaluated: the combined top-k ranking and the keys of the read and write rankings it lacks (the per-key series shown).", nil, nil),
 
-		mitigations: prometheus.NewDesc("hotkeyd_mitigations", "Active mitigations by kind and mode (observe ones included).", []string{"kind", "mode"}, nil),
+		mitigations: prometheus.NewDesc("hotkeyd_mitigations", "Active mitigations by kind and mode (observe ones included; withheld: left out of the plan at its size bound).", []string{"kind", "mode"}, nil),
 		planVersion: prometheus.NewDesc("hotkeyd_plan_version", "Version of the current mitigation plan.", nil, nil),
 		buildInfo: prometheus.NewDesc("hotkeyd_build_info", "1, labelled with the build's version and Go version.",
 			nil, prometheus.Labels{"version": a.opts.Version, "goversion": runtime.Version()}),
@@ -162,7 +162,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.buildInfo, 1)
 	counts := map[[2]string]int{}
 	for _, e := range m.a.planner.Active() {
-		counts[[2]string{string(e.Kind), string(e.Mode)}]++
+		counts[[2]string{string(e.Kind), activeMode(e)}]++
 	}
 	for km, n := range counts {
 		gauge(m.mitigations, float64(n), km[0], km[1])

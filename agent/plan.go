@@ -243,9 +243,19 @@ func planEntries(active []mitigate.Entry) map[string][]string {
 		if e.Kind == mitigate.Report {
 			continue
 		}
-		m[e.Key] = append(m[e.Key], string(e.Kind)+":"+string(e.Mode))
+		m[e.Key] = append(m[e.Key], string(e.Kind)+":"+activeMode(e))
 	}
 	return m
+}
+
+// activeMode is an active entry's mode as the API and metrics show it: "withheld" for an
+// entry the planner left out of the plan at its size bound (not in force, though its mode
+// says enforce or recommend: Active gives it no lease, as it does observe entries).
+func activeMode(e mitigate.Entry) string {
+	if e.Mode != mitigate.Observe && e.Expires.IsZero() {
+		return "withheld"
+	}
+	return string(e.Mode)
 }
 
 // plan answers GET /v1/plan[?after=VERSION&generated=TIME&wait=30s]: the current plan at

@@ -28,10 +28,19 @@ func TestPlanWithheldMetric(t *testing.T) {
 	}
 	n, _ := strconv.Atoi(m[1])
 	if n == 0 || n != a.planner.Withheld() {
-		t.Errorf("hotkeyd_plan_withheld_entries %d, planner withheld %d; want them equal and above 0 (100 L1 entries of ~1 KB in 64 KiB)", n, a.planner.Withheld())
+		t.Errorf("hotkeyd_plan_withheld_entries %d, planner withheld %d; want them equal and above 0 (100 entries of ~1 KB in 64 KiB)", n, a.planner.Withheld())
 	}
-	if got := len(a.store.Current().Entries); got+n < 100 {
-		t.Errorf("plan has %d entries and %d are withheld; want 100 in all", got, n)
+	published := len(a.store.Current().Entries)
+	if published+n < 100 {
+		t.Errorf("plan has %d entries and %d are withheld; want 100 in all", published, n)
+	}
+	// Withheld entries are not in force: hotkeyd_mitigations and /v1/keys say so.
+	body := w.Body.String()
+	for mode, want := range map[string]int{"recommend": published, "withheld": n} { // reports: no SDK client here
+		re := regexp.MustCompile(fmt.Sprintf(`(?m)^hotkeyd_mitigations\{kind="report",mode=%q\} (\d+)$`, mode))
+		if m := re.FindStringSubmatch(body); m == nil || m[1] != strconv.Itoa(want) {
+			t.Errorf("hotkeyd_mitigations{kind=\"report\",mode=%q}: %v; want %d\n%s", mode, m, want, grepLines(body, "hotkeyd_mitigations{"))
+		}
 	}
 }
 
