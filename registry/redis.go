@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +27,9 @@ import (
 // The version never comes back to a value it had for another set of events, even when
 // Redis loses its data (a restart without persistence, a failover to a replica that
 // lagged) and the counter starts again: each change sets it to at least the writer's
-// clock in microseconds since 1970.
+// clock in microseconds since 1970, and it goes up by a random step (1 to 2^20), so that
+// two changes made from the same version (one of them lost with a replica that lagged)
+// are unlikely (2^-20) to get the same one even when the writer's clock is behind it.
 type RedisStore struct {
 	rdb     redis.UniversalClient
 	events  string           // the hash's name
@@ -43,7 +46,8 @@ type RedisOptions struct {
 	// Prefix names the keys: "{Prefix}:events" and "{Prefix}:version". Default:
 	// "hotkeyd:registry". It may not contain '{' or '}'.
 	Prefix string
-	// Rand is read for generated ids. Default: crypto/rand.Reader.
+	// Rand is read for generated ids and the version's random steps. Default:
+	// crypto/rand.Reader.
 	Rand io.Reader
 }
 
@@ -74,9 +78,10 @@ func (s *RedisStore) Keys() (events, version string) { return s.events, s.versio
 
 // The scripts keep each change and its version bump one atomic step. KEYS: the events
 // hash, the version counter, the deleted hash; ARGV[1] the id, then the event's JSON when
-// there is one, and last the writer's clock in microseconds, the version's floor.
-const bumpLua = `local function bump(floor)
-  local v = redis.call('INCR', KEYS[2])
+// there is one, then the writer's clock in microseconds, the version's floor, and last
+// the version's random step.
+const bumpLua = `local function bump(floor, step)
+  local v = redis.call('INCRBY', KEYS[2], step)
   if tonumber(floor) > v then
     redis.call('SET', KEYS[2], floor)
     return tonumber(floor)
@@ -89,20 +94,20 @@ var (
 	// createScript: HSETNX, forget a deletion, bump; -1 when the id is taken.
 	createScript = redis.NewScript(bumpLua + `if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return -1 end
 redis.call('HDEL', KEYS[3], ARGV[1])
-return bump(ARGV[3])`)
+return bump(ARGV[3], ARGV[4])`)
 	// seedScript: like createScript, but -2 when the id was deleted.
 	seedScript = redis.NewScript(bumpLua + `if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -2 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return -1 end
-return bump(ARGV[3])`)
+return bump(ARGV[3], ARGV[4])`)
 	// putScript: HSET, forget a deletion, bump; returns 1 when the field is new.
 	putScript = redis.NewScript(bumpLua + `local n = redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HDEL', KEYS[3], ARGV[1])
-bump(ARGV[3])
+bump(ARGV[3], ARGV[4])
 return n`)
 	// deleteScript: HDEL, remember the deletion, bump; -1 when there was nothing to delete.
 	deleteScript = redis.NewScript(bumpLua + `if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return -1 end
 redis.call('HSET', KEYS[3], ARGV[1], '1')
-return bump(ARGV[2])`)
+return bump(ARGV[2], ARGV[3])`)
 )
 
 // keys returns the scripts' KEYS.
@@ -110,6 +115,19 @@ func (s *RedisStore) keys() []string { return []string{s.events, s.version, s.de
 
 // floor returns the version floor: the clock in microseconds, as a decimal string.
 func (s *RedisStore) floor() string { return strconv.FormatInt(s.now().UnixMicro(), 10) }
+
+// step returns the version's random step, 1 to 2^20, read from the store's Rand (1 when
+// it fails).
+func (s *RedisStore) step() int64 {
+	var b [4]byte
+	s.rndMu.Lock()
+	_, err := io.ReadFull(s.rnd, b[:])
+	s.rndMu.Unlock()
+	if err != nil {
+		return 1
+	}
+	return int64(binary.LittleEndian.Uint32(b[:])&(1<<20-1)) + 1
+}
 
 // decodeStored reads an event stored under id.
 func decodeStored(id, data string) (Event, error) {
@@ -180,7 +198,7 @@ func (s *RedisStore) Create(ctx context.Context, e Event) (Event, error) {
 		if err != nil {
 			return Event{}, err
 		}
-		n, err := createScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor()).Int64()
+		n, err := createScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor(), s.step()).Int64()
 		if err != nil {
 			return Event{}, fmt.Errorf("registry: redis: creating event %q: %w", e.ID, err)
 		}
@@ -204,7 +222,7 @@ func (s *RedisStore) Put(ctx context.Context, e Event) (Event, bool, error) {
 	if err != nil {
 		return Event{}, false, err
 	}
-	n, err := putScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor()).Int64()
+	n, err := putScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor(), s.step()).Int64()
 	if err != nil {
 		return Event{}, false, fmt.Errorf("registry: redis: storing event %q: %w", e.ID, err)
 	}
@@ -213,7 +231,7 @@ func (s *RedisStore) Put(ctx context.Context, e Event) (Event, bool, error) {
 
 // Delete implements Store.
 func (s *RedisStore) Delete(ctx context.Context, id string) error {
-	n, err := deleteScript.Run(ctx, s.rdb, s.keys(), id, s.floor()).Int64()
+	n, err := deleteScript.Run(ctx, s.rdb, s.keys(), id, s.floor(), s.step()).Int64()
 	if err != nil {
 		return fmt.Errorf("registry: redis: deleting event %q: %w", id, err)
 	}
@@ -237,7 +255,7 @@ func (s *RedisStore) seed(ctx context.Context, e Event) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n, err := seedScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor()).Int64()
+	n, err := seedScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor(), s.step()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("registry: redis: seeding event %q: %w", e.ID, err)
 	}

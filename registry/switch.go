@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 )
 
@@ -9,6 +10,7 @@ import (
 // an agent that starts while Redis does not answer keeps its events in its file, and
 // moves them to Redis once it answers. It is safe for concurrent use.
 type Switch struct {
+	mu  sync.RWMutex // held shared by each write for its duration, exclusively by Move
 	cur atomic.Pointer[switched]
 }
 
@@ -35,6 +37,16 @@ func (w *Switch) To(s Store) {
 	}
 }
 
+// Move makes s the store calls go to after calling fill with the current store (to seed s
+// from it), with writes held from before fill until the switch: a write either lands in
+// the current store before fill reads it, or in s.
+func (w *Switch) Move(s Store, fill func(from Store)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fill(w.Current())
+	w.To(s)
+}
+
 // Current returns the store calls go to.
 func (w *Switch) Current() Store { return w.cur.Load().s }
 
@@ -48,16 +60,24 @@ func (w *Switch) Get(ctx context.Context, id string) (Event, error) {
 
 // Create implements Store.
 func (w *Switch) Create(ctx context.Context, e Event) (Event, error) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
 	return w.Current().Create(ctx, e)
 }
 
 // Put implements Store.
 func (w *Switch) Put(ctx context.Context, e Event) (Event, bool, error) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
 	return w.Current().Put(ctx, e)
 }
 
 // Delete implements Store.
-func (w *Switch) Delete(ctx context.Context, id string) error { return w.Current().Delete(ctx, id) }
+func (w *Switch) Delete(ctx context.Context, id string) error {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.Current().Delete(ctx, id)
+}
 
 // Version implements Store: the current store's version, with the number of switches in
 // its top byte, so that a switch changes it even where the two stores' versions agree.

@@ -79,8 +79,10 @@ func writableStore(ctx context.Context, cfg config.Config, log *slog.Logger) (re
 				return
 			case <-t.C:
 			}
-			if rs, err := redisStore(ctx, cfg, local, log); err == nil {
-				sw.To(rs)
+			// Connected without holding the API's writes; seeded with them held, so that
+			// none lands in local after the seed read it.
+			if rs, err := openRedis(ctx, cfg); err == nil {
+				sw.Move(rs, func(from registry.Store) { seedRedis(ctx, cfg, rs, from, log) })
 				log.Info("registry: Redis answers; events live there from now on, shared by the fleet")
 				return
 			}
@@ -96,6 +98,16 @@ const redisRetry = 2 * time.Second
 // redisStore opens the registry's store in Redis and seeds it with the events of from
 // (the file, or what the agent kept while Redis was away) that Redis does not have.
 func redisStore(ctx context.Context, cfg config.Config, from registry.Store, log *slog.Logger) (*registry.RedisStore, error) {
+	rs, err := openRedis(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	seedRedis(ctx, cfg, rs, from, log)
+	return rs, nil
+}
+
+// openRedis opens the registry's store in Redis.
+func openRedis(ctx context.Context, cfg config.Config) (*registry.RedisStore, error) {
 	rdb, err := redisClient(ctx, cfg.Redis.Addrs)
 	if err != nil {
 		return nil, err
@@ -105,13 +117,17 @@ func redisStore(ctx context.Context, cfg config.Config, from registry.Store, log
 		rdb.Close()
 		return nil, err
 	}
+	return rs, nil
+}
+
+// seedRedis seeds rs with the events of from that Redis does not have, and logs how it went.
+func seedRedis(ctx context.Context, cfg config.Config, rs *registry.RedisStore, from registry.Store, log *slog.Logger) {
 	n, err := registry.Seed(ctx, rs, from)
 	if err != nil {
 		log.Warn("registry: seeding Redis from the file", "file", cfg.Registry.File, "err", err)
 	} else if n > 0 {
 		log.Info("registry: seeded Redis from the file", "file", cfg.Registry.File, "events", n)
 	}
-	return rs, nil
 }
 
 // redisClient returns a cluster client when the first reachable address is a cluster
