@@ -95,8 +95,9 @@
 // Counters (entries of kinds sharded_counter and batched_counter) are not applied by the
 // hook: they change what INCR returns, so they have an explicit API, Client.Counter:
 // Add and Get, plain INCRBY/GET without an entry, one INCRBY per key per flush interval
-// under batched_counter (Close flushes; a crash loses at most one interval; while Redis
-// is unreachable the sums wait for it, see MaxFlushTries), a random
+// under batched_counter (Close flushes; while Redis is unreachable the sums wait for it,
+// see MaxFlushTries; a crash loses the sums not flushed yet: one interval's, or all since
+// Redis became unreachable), a random
 // sub-counter under sharded_counter with exact reads of base + Σ sub-counters.
 //
 // Sharded counters and fail open: increments made under a sharded_counter entry stay in
