@@ -248,14 +248,14 @@ func (c *Client) hookNode(n *redis.Client) {
 	h := c.nodes
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if c.closed.Load() {
+		return // and remember nothing: go-redis keeps calling after Close
+	}
 	if h.seen != nil {
 		if _, ok := h.seen[n]; ok {
 			return
 		}
 		h.seen[n] = struct{}{}
-	}
-	if c.closed.Load() {
-		return
 	}
 	n.AddHook(nodeHook{c})
 	h.hooked++
