@@ -7,6 +7,9 @@
 //	if err != nil { … }
 //	defer c.Close()
 //
+// The agent's URL must name its port (Attach refuses one without it): the plan comes
+// from it over HTTP, and the samples go to the same host and port over UDP.
+//
 // # Reporting
 //
 // The Reporter samples one command in SampleEvery through a go-redis hook and sends the
@@ -24,7 +27,8 @@
 // versions up to V again sends its own plan), decodes each new plan with
 // mitigate.DecodePlan and publishes it in an atomic pointer that the command path reads
 // without a lock. Only entries in mode "enforce" are applied, each for its lease
-// (Expires − Generated, counted from when the plan arrived on the client's clock). Fail
+// (Expires − Generated, at most mitigate.MaxLease (1h) whatever Expires says, counted
+// from when the plan arrived on the client's clock). Fail
 // open: when the agent is unreachable, slow or answers garbage, the client keeps its plan
 // until the leases run out (30–60s with the agent's defaults), then behaves as plain
 // Redis; it retries with a backoff of 1s doubling to 30s. No command ever waits for the

@@ -83,7 +83,7 @@
 //	mitigate.min_active            30s             1s..24h: least time a mitigation stays
 //	mitigate.cool_down             60s             1s..24h: how long a key must stay cool before it ends
 //	mitigate.lease                 60s             2s..1h: how long a plan entry lives at a client that lost the agent
-//	mitigate.copy_refresh          1s              10ms..1m: how often copies of a split key are rewritten from the original
+//	mitigate.copy_refresh          1s              10ms..1m, ≤ mitigate.lease / 4: how often copies of a split key are rewritten from the original
 //	registry.file                  hotkeyd-registry.json  predicted events (atomic JSON file); with redis.addrs it seeds the Redis store; empty: memory only
 //	registry.events                (none)          list of predicted events, read-only in the API; fields as in docs/registry.md, id required
 //	log.level                      info            debug, info, warn, error (--log-level)

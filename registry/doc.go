@@ -13,13 +13,16 @@
 //     zone, defined across DST changes; whether an event is armed at a given time.
 //   - Store and its implementations: Memory, FileStore (one JSON document written
 //     atomically), RedisStore (shared by a fleet), Static (read-only events of the config
-//     file) and Merged; Seed copies one store into another.
+//     file), Merged, and Switch (hands calls to a store it can replace while in use: an
+//     agent whose Redis did not answer at start moves there once it does); Seed copies
+//     one store into another.
 //   - Index: which armed events predict a key at a given time.
 //   - Tracker: observed against expected peaks per event, hot keys under each event, and
 //     surprises (hot keys no event predicted).
 //
 // Everything that depends on time is pure and takes now as an argument. Schedule, Index
 // and Static are immutable and safe for concurrent use; Memory, FileStore, RedisStore,
-// Merged and Tracker are safe for concurrent use and say what their mutexes guard.
+// Merged, Switch and Tracker are safe for concurrent use and say what their mutexes
+// guard.
 // docs/registry.md describes the event format, the timeline and the report.
 package registry
