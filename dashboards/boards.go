@@ -268,7 +268,7 @@ func mitigations() *Dashboard {
 	l.add(6, 4, panel{typ: "stat", title: "Observed or recommended",
 		desc: "Mitigations hotkeyd would apply but does not, by its mitigate.modes (hotkeyd_mitigations with mode observe or recommend). Orange from 1: a candidate to enforce.",
 		unit: "short", steps: []Step{at("orange", 1)},
-		targets: []Target{instant(`sum(`+m("hotkeyd_mitigations", `mode!="enforce"`)+`) or vector(0)`, "")}}.build())
+		targets: []Target{instant(`sum(`+m("hotkeyd_mitigations", `mode=~"observe|recommend"`)+`) or vector(0)`, "")}}.build())
 	l.add(6, 4, panel{typ: "stat", title: "Hot keys",
 		desc: "Keys hot now (hotkeyd_hot_keys). Orange from 1, red from 5.",
 		unit: "short", steps: []Step{at("orange", 1), at("red", 5)},

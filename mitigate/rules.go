@@ -476,7 +476,7 @@ func (r Rules) l1(k KeyStats, rule, reason string) Decision {
 
 func (r Rules) batched(k KeyStats, rule, reason string) Decision {
 	return Decision{Key: k.Key, Kind: BatchedCounter, Mode: r.Mode(BatchedCounter), Rule: rule, FlushInterval: r.FlushInterval, Reason: reason,
-		TradeOff: fmt.Sprintf("increments reach Redis up to %v late; a client that crashes loses at most its last %v of increments", r.FlushInterval, r.FlushInterval)}
+		TradeOff: fmt.Sprintf("increments reach Redis up to %v late; a client that crashes loses its increments not yet flushed: its last %v, or all since Redis became unreachable", r.FlushInterval, r.FlushInterval)}
 }
 
 // copies is a decision to split k into n copies.

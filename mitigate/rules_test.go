@@ -97,7 +97,7 @@ func TestDecide(t *testing.T) {
 			k: KeyStats{Key: "c", ReadRate: 100, WriteRate: 20_000, Counter: true, Hot: true, SDKShare: 0.9},
 			want: []wantDecision{{kind: BatchedCounter, rule: RuleCounterBatched, mode: Enforce,
 				reason:   []string{"written 20k/s by INCR/DECR, 90% from SDK clients", "one INCRBY per 100ms"},
-				tradeOff: []string{"up to 100ms late", "loses at most its last 100ms"}}},
+				tradeOff: []string{"up to 100ms late", "its last 100ms, or all since Redis became unreachable"}}},
 		},
 		{
 			name: "write-hot counter that fits, no SDK clients: report", primaries: 3,
