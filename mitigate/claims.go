@@ -2,8 +2,6 @@ package mitigate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -105,15 +103,6 @@ for i = 1, #ARGV, 2 do
 end
 return out`)
 
-// newExecutorID returns 16 random hex digits.
-func newExecutorID() (string, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("mitigate: executor: id: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
 // claimView is the claims read for one step (an Apply, a round, a Recover, a Close).
 type claimView struct {
 	owner map[string]string // copy name → id of a live claim of another executor listing it
@@ -198,27 +187,19 @@ func (e *Executor) readClaims(ctx context.Context) (map[string]string, error) {
 	return owner, nil
 }
 
-// hashFields reads an HGETALL reply, RESP2 (a flat list) or RESP3 (a map).
+// hashFields reads an HGETALL reply, RESP2 (a flat list) or RESP3 (a map), with pairs.
 func hashFields(cmd interface{ Result() (any, error) }) (map[string]string, error) {
 	v, err := cmd.Result()
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]string)
-	switch r := v.(type) {
-	case map[any]any:
-		for k, v := range r {
-			out[str(k)] = str(v)
-		}
-	case []any:
-		if len(r)%2 != 0 {
-			return nil, fmt.Errorf("reply of odd length %d", len(r))
-		}
-		for i := 0; i < len(r); i += 2 {
-			out[str(r[i])] = str(r[i+1])
-		}
-	default:
-		return nil, fmt.Errorf("reply %T; want a map", v)
+	m, err := pairs(v)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = str(v)
 	}
 	return out, nil
 }

@@ -436,12 +436,16 @@ func genStart(id string) string {
 
 // newFoldID returns 128 random bits in hex: fold ids must never repeat, across agents and
 // restarts, so they come from crypto/rand rather than a seeded source.
-func newFoldID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("fold id: %w", err)
+func newFoldID() (string, error) { return randomHex(16, "fold id") }
+
+// randomHex returns n random bytes (crypto/rand) in hex; what names what they are for,
+// in the error.
+func randomHex(n int, what string) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
 	}
-	return hex.EncodeToString(b[:]), nil
+	return hex.EncodeToString(b), nil
 }
 
 // ReplicaWait bounds how long a fold waits (WAIT) for the replicas of a primary to have a

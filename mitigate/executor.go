@@ -203,7 +203,7 @@ func NewExecutor(o ExecutorOptions) (*Executor, error) {
 	id := o.ID
 	if id == "" {
 		var err error
-		if id, err = newExecutorID(); err != nil {
+		if id, err = randomHex(8, "mitigate: executor: id"); err != nil {
 			return nil, err
 		}
 	}
@@ -546,11 +546,11 @@ func (e *Executor) round(ctx context.Context) error {
 		}
 	}
 	if !e.rescan.IsZero() && !now.Before(e.rescan) {
-		err, claimErr := e.scanLeftovers(ctx, "written after the scan at start, under the plan of an earlier run of the agent", false)
-		if err == nil {
+		scanned, err := e.scanLeftovers(ctx, "written after the scan at start, under the plan of an earlier run of the agent", false)
+		if scanned {
 			e.rescan = time.Time{}
 		}
-		errs = append(errs, err, claimErr)
+		errs = append(errs, err)
 	}
 	switch {
 	case e.sweep.IsZero():
@@ -568,11 +568,11 @@ func (e *Executor) round(ctx context.Context) error {
 			e.sweep = e.nextSweep(now)
 			break
 		}
-		err, claimErr := e.scanLeftovers(ctx, "claimed by no live executor (one that crashed, or a client's write after the scans)", true)
-		if err == nil {
+		scanned, err := e.scanLeftovers(ctx, "claimed by no live executor (one that crashed, or a client's write after the scans)", true)
+		if scanned {
 			e.sweep = e.nextSweep(now)
 		}
-		errs = append(errs, err, claimErr)
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -599,15 +599,17 @@ func (e *Executor) Recover(ctx context.Context) error {
 	now := e.now()
 	e.rescan = now.Add(e.grace)
 	e.sweep = e.nextSweep(now)
-	return errors.Join(e.scanLeftovers(ctx, "left by an earlier run of the agent", false))
+	_, err := e.scanLeftovers(ctx, "left by an earlier run of the agent", false)
+	return err
 }
 
 // scanLeftovers is one scan of Recover (copiesOnly: the periodic scan for unclaimed
 // copies); reason says why what it finds is there. Copies that another live executor
-// claims are left alone. When the claims cannot be read (claimErr), the copies found are
-// retired without being deleted, and the retire rounds delete them once the claims can
-// be read: the scan itself need not be repeated for that, so err leaves claimErr out.
-func (e *Executor) scanLeftovers(ctx context.Context, reason string, copiesOnly bool) (err, claimErr error) {
+// claims are left alone. scanned reports whether the scan itself went through: what it
+// found and could not clean up now is retried by the rounds (copies stay retired, failed
+// folds unfinished, also when the claims cannot be read), so only a failed scan needs
+// scanning again.
+func (e *Executor) scanLeftovers(ctx context.Context, reason string, copiesOnly bool) (scanned bool, err error) {
 	patterns := []string{"{" + copyTag + "*", "{" + subTag + "*", "{hk:t*}stash:*", "{hk:t*}subs:*"}
 	if copiesOnly {
 		patterns = patterns[:1]
@@ -615,7 +617,7 @@ func (e *Executor) scanLeftovers(ctx context.Context, reason string, copiesOnly 
 	names, err := scanAll(ctx, e.rdb, patterns)
 	if err != nil {
 		e.did("", "", ActionError, 1, "scan for leftovers failed", slog.String("error", err.Error()))
-		return fmt.Errorf("mitigate: recover: %w", err), nil
+		return false, fmt.Errorf("mitigate: recover: %w", err)
 	}
 	activeCopy, activeSub := make(map[string]bool), make(map[string]bool)
 	for _, ns := range e.copies {
@@ -645,11 +647,7 @@ func (e *Executor) scanLeftovers(ctx context.Context, reason string, copiesOnly 
 			continue // not a name hotkeyd made
 		case kind == Copies && !isStash:
 			if !activeCopy[name] {
-				if err := e.retireCopies(ctx, key, []string{name}, reason); e.view != nil && e.view.err != nil && err == e.view.err {
-					claimErr = err
-				} else {
-					errs = append(errs, err)
-				}
+				errs = append(errs, e.retireCopies(ctx, key, []string{name}, reason))
 			}
 		case kind == ShardedCounter:
 			if !activeSub[sub] {
@@ -658,7 +656,7 @@ func (e *Executor) scanLeftovers(ctx context.Context, reason string, copiesOnly 
 			errs = append(errs, e.fold(ctx, key, sub, reason))
 		}
 	}
-	return errors.Join(errs...), claimErr
+	return true, errors.Join(errs...)
 }
 
 // withListed replaces, in names found by a scan, each list of sub-counters by the
