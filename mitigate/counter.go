@@ -528,8 +528,11 @@ func replicaCount(ctx context.Context, conn *redis.Conn) (int, error) {
 			return 0, fmt.Errorf("CLUSTER MYID: %w", err)
 		}
 		role, err := conn.Do(ctx, "ROLE").Slice()
-		if err != nil || len(role) < 3 {
-			return 0, fmt.Errorf("ROLE: %v %w", role, err)
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("ROLE: %w", err)
+		case len(role) < 3:
+			return 0, fmt.Errorf("ROLE: %v; want a primary's [master offset replicas]", role)
 		}
 		replicas, _ := role[2].([]any)
 		return len(replicas), nil

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Plan is what hotkeyd tells clients to do: one entry per key and mitigation kind. Its JSON
@@ -265,54 +264,32 @@ const (
 	planJSONFixed  = 256 // the plan's own fields
 )
 
-// sizeBound is an upper bound of the entry's JSON size (see entryJSONFixed); quick
-// counts every string byte as 6, the most encoding/json writes for one (\u00XX), so it
-// reads no string.
-func (e *Entry) sizeBound(quick bool) int {
-	n := entryJSONFixed + jsonLen(e.Key, quick) + jsonLen(e.Reason, quick) + jsonLen(e.TradeOff, quick) +
-		jsonLen(string(e.Kind), quick) + jsonLen(string(e.Mode), quick) + jsonLen(e.Override, quick)
+// sizeBound is an upper bound of the entry's JSON size (see entryJSONFixed) that reads
+// no string: it counts every string byte as 6, the most encoding/json writes for one
+// (\u00XX).
+func (e *Entry) sizeBound() int {
+	n := entryJSONFixed + quickLen(e.Key) + quickLen(e.Reason) + quickLen(e.TradeOff) +
+		quickLen(string(e.Kind)) + quickLen(string(e.Mode)) + quickLen(e.Override)
 	for _, ev := range e.PredictedBy {
-		n += itemJSONFixed + jsonLen(ev, quick)
+		n += itemJSONFixed + quickLen(ev)
 	}
 	for _, nodes := range [2][]Node{e.Copies, e.SubCounters} {
 		for i := range nodes {
-			n += nodeJSONFixed + jsonLen(nodes[i].Name, quick) + jsonLen(nodes[i].Primary, quick)
+			n += nodeJSONFixed + quickLen(nodes[i].Name) + quickLen(nodes[i].Primary)
 		}
 	}
 	return n
 }
 
-// jsonLen is the length of s as a JSON string by encoding/json, quotes included (or an
-// upper bound of it, 6 bytes a byte, when quick).
-func jsonLen(s string, quick bool) int {
-	if quick {
-		return 2 + 6*len(s)
+// quickLen bounds the length of s as a JSON string, quotes included.
+func quickLen(s string) int { return 2 + 6*len(s) }
+
+// encodedSize is the entry's JSON size as the agent serves it (indented at the depth of a
+// plan's entries, with the separator before it), by encoding it; sizeBound if that fails.
+func (e *Entry) encodedSize() int {
+	b, err := json.MarshalIndent(e, "    ", "  ")
+	if err != nil {
+		return e.sizeBound()
 	}
-	n := 2
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				n += 2
-			case c < 0x20 || c == '<' || c == '>' || c == '&':
-				n += 6 // \u00XX; \n and the like take 2
-			default:
-				n++
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			n += 6 // \ufffd
-		case r == '\u2028' || r == '\u2029':
-			n += 6
-		default:
-			n += size
-		}
-		i += size
-	}
-	return n
+	return len(b) + len(",\n    ")
 }

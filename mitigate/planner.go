@@ -422,7 +422,7 @@ func (p *Planner) Withheld() int {
 func (p *Planner) bound(published []Entry, stats map[string]*KeyStats) ([]Entry, int) {
 	total := planJSONFixed
 	for i := range published {
-		total += published[i].sizeBound(true)
+		total += published[i].sizeBound()
 	}
 	if total <= p.maxBytes {
 		return published, 0 // the common case: no string read
@@ -430,7 +430,7 @@ func (p *Planner) bound(published []Entry, stats map[string]*KeyStats) ([]Entry,
 	total = planJSONFixed
 	sizes := make([]int, len(published))
 	for i := range published {
-		sizes[i] = published[i].sizeBound(false)
+		sizes[i] = published[i].encodedSize()
 		total += sizes[i]
 	}
 	if total <= p.maxBytes {
