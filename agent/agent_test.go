@@ -75,21 +75,7 @@ func decode[T any](t *testing.T, w *httptest.ResponseRecorder) T {
 // feed sends reads of key at rate requests per second for d, in steps of 10 ms, sampled
 // 1 in 100, evaluating every tick as the loop would.
 func feed(a *Agent, c *clock, key string, rate float64, d time.Duration) {
-	const step = 10 * time.Millisecond
-	perStep := rate * step.Seconds() / 100 // samples per step at 1 in 100
-	var carry float64
-	for el := time.Duration(0); el < d; el += step {
-		carry += perStep
-		n := int(carry)
-		carry -= float64(n)
-		if n > 0 {
-			a.Accept(sampler.Batch{Source: "test", Rate: 0.01, Samples: []sampler.Sample{{Key: []byte(key), Op: sampler.OpRead, Count: uint32(n)}}})
-		}
-		c.add(step)
-		if c.now().Sub(t0)%a.opts.Detector.Tick == 0 {
-			a.evaluate()
-		}
-	}
+	drive(a, c, d, true, flow{key: key, rate: rate, sampleRate: 0.01})
 }
 
 func TestTopKAndHot(t *testing.T) {

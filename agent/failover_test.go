@@ -16,13 +16,7 @@ import (
 func TestExecutorClientFollowsFailover(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	a := runAgent(t, Options{RedisAddrs: c.Addrs()})
-	deadline := time.Now().Add(10 * time.Second)
-	for a.redis.Load() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the agent did not connect to the cluster in 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, func() bool { return a.redis.Load() != nil }) // the agent connected to the cluster
 	rdb := a.redis.Load().rdb.(*redis.ClusterClient)
 	ctx := context.Background()
 	const key = "failover:k"

@@ -47,6 +47,16 @@ func fleetEvent(id string) string {
 		id, id, start.Format(time.RFC3339), start.Add(time.Hour).Format(time.RFC3339))
 }
 
+// postFleetEvents registers a fleetEvent for each id through h, each answered 201.
+func postFleetEvents(t *testing.T, h http.Handler, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if w := do(t, h, "POST", "/v1/registry", fleetEvent(id)); w.Code != http.StatusCreated {
+			t.Fatalf("POST %s: %d %s; want 201", id, w.Code, w.Body)
+		}
+	}
+}
+
 // Two agents share one Redis: what A creates B arms at its next registry check (at most a
 // second later), what A deletes B stops arming; after Redis restarts empty (no RDB, no
 // AOF) and A registers other events, B arms those, not the ones Redis lost, even when
@@ -61,11 +71,7 @@ func TestFleetAgentsFollowRedisRegistry(t *testing.T) {
 	all := []string{"a", "b", "c", "d", "gone"}
 	step := func() { cb.add(time.Second); b.evaluate() }
 
-	for _, id := range []string{"a", "b", "gone"} {
-		if w := do(t, ha, "POST", "/v1/registry", fleetEvent(id)); w.Code != http.StatusCreated {
-			t.Fatalf("POST %s to agent A: %d %s; want 201", id, w.Code, w.Body)
-		}
-	}
+	postFleetEvents(t, ha, "a", "b", "gone")
 	if w := do(t, ha, "DELETE", "/v1/registry/gone", ""); w.Code != http.StatusOK {
 		t.Fatalf("DELETE gone on agent A: %d %s", w.Code, w.Body)
 	}
@@ -81,11 +87,7 @@ func TestFleetAgentsFollowRedisRegistry(t *testing.T) {
 	}
 	redistest.StartAt(t, srv.Addr())
 	// Four changes, as before the restart, without B checking in between.
-	for _, id := range []string{"c", "d", "x"} {
-		if w := do(t, ha, "POST", "/v1/registry", fleetEvent(id)); w.Code != http.StatusCreated {
-			t.Fatalf("POST %s to agent A after the restart: %d %s; want 201", id, w.Code, w.Body)
-		}
-	}
+	postFleetEvents(t, ha, "c", "d", "x")
 	if w := do(t, ha, "DELETE", "/v1/registry/x", ""); w.Code != http.StatusOK {
 		t.Fatalf("DELETE x on agent A: %d %s", w.Code, w.Body)
 	}
@@ -105,11 +107,7 @@ func TestFleetAgentArmsReadableEvents(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	a, c, h, rs := fleetAgent(t, srv.Addr())
-	for _, id := range []string{"a", "c"} {
-		if w := do(t, h, "POST", "/v1/registry", fleetEvent(id)); w.Code != http.StatusCreated {
-			t.Fatalf("POST %s: %d %s; want 201", id, w.Code, w.Body)
-		}
-	}
+	postFleetEvents(t, h, "a", "c")
 	hash, _ := rs.Keys()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
