@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"testing"
 )
@@ -35,11 +34,10 @@ func TestCacheCloseDuringGets(t *testing.T) {
 				}
 			})
 		}
-		for c.Stats().Loads < 50 {
-			runtime.Gosched()
-		}
+		stopGets := sync.OnceFunc(func() { close(stop); wg.Wait() })
+		t.Cleanup(stopGets) // if waitFor fails
+		waitFor(t, func() bool { return c.Stats().Loads >= 50 })
 		c.Close()
-		close(stop)
-		wg.Wait()
+		stopGets()
 	}
 }

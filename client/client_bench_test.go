@@ -14,10 +14,16 @@ import (
 	"github.com/hotkeyd/hotkeyd/mitigate"
 )
 
-// benchClient is a Client that talks to nothing, with plan p installed directly.
+// benchClient is a Client that talks to nothing, with a plan of entries installed directly.
 func benchClient(b *testing.B, entries ...mitigate.Entry) *Client {
 	b.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	return benchAttach(b, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), entries...)
+}
+
+// benchAttach attaches a Client to rdb, a go-redis client that talks to nothing, with no
+// agent and a plan of entries installed directly. Both are closed when b ends.
+func benchAttach(b *testing.B, rdb redis.UniversalClient, entries ...mitigate.Entry) *Client {
+	b.Helper()
 	b.Cleanup(func() { rdb.Close() })
 	c, err := Attach(rdb, Options{Agent: "http://127.0.0.1:1", NoReports: true})
 	if err != nil {

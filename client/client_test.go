@@ -30,13 +30,18 @@ func impls(t *testing.T) []impl {
 	srv := redistest.Start(t)
 	cl := redistest.StartCluster(t, 3)
 	return []impl{
-		{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
-			return redis.NewClient(&redis.Options{Addr: srv.Addr()})
-		}},
+		standalone(srv.Addr()),
 		{"cluster", cl.Addrs(), func() redis.UniversalClient {
 			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 		}},
 	}
+}
+
+// standalone is the impl of go-redis Clients of the redis-server at addr.
+func standalone(addr string) impl {
+	return impl{"standalone", []string{addr}, func() redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: addr})
+	}}
 }
 
 // attach connects a new go-redis client of im to a Client that follows ps, and waits
@@ -45,6 +50,13 @@ func attach(t *testing.T, im impl, ps *planServer, o Options) (redis.UniversalCl
 	t.Helper()
 	rdb := im.new()
 	t.Cleanup(func() { rdb.Close() })
+	return rdb, attachTo(t, rdb, ps, o)
+}
+
+// attachTo attaches a Client that follows ps (NoReports) to rdb and waits 5 s at most
+// for its first plan. The Client is closed when the test ends; rdb is the caller's.
+func attachTo(t *testing.T, rdb redis.UniversalClient, ps *planServer, o Options) *Client {
+	t.Helper()
 	o.Agent = ps.URL()
 	o.NoReports = true
 	c, err := Attach(rdb, o)
@@ -57,7 +69,7 @@ func attach(t *testing.T, im impl, ps *planServer, o Options) (redis.UniversalCl
 	if err := c.WaitPlan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return rdb, c
+	return c
 }
 
 // waitVersion waits until c holds plan version v.

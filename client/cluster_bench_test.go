@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -11,19 +10,11 @@ import (
 )
 
 // benchClusterClient is a Client attached to a ClusterClient that talks to nothing (it
-// knows no slots, so it dials no node), with plan p installed directly.
+// knows no slots, so it dials no node), with a plan of entries installed directly.
 func benchClusterClient(b *testing.B, entries ...mitigate.Entry) *Client {
 	b.Helper()
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"},
-		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) { return nil, nil }})
-	b.Cleanup(func() { rdb.Close() })
-	c, err := Attach(rdb, Options{Agent: "http://127.0.0.1:1", NoReports: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	c.follower.cur.Store(newPlanIndex(mitigate.Plan{Version: 1, Generated: planNow, Primaries: 3, Entries: entries}, time.Now()))
-	return c
+	return benchAttach(b, redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"},
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) { return nil, nil }}), entries...)
 }
 
 // clusterChain is the hook chain of a ClusterClient's command: its plan hook, then the

@@ -38,16 +38,7 @@ func TestClusterWatchWrite(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true, Rand: seeded(7)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			if err := c.WaitPlan(wctx); err != nil {
-				t.Fatal(err)
-			}
+			c := attachTo(t, rdb, ps, Options{Rand: seeded(7)})
 			for _, key := range []string{l1Key, splitKey} {
 				t.Run(key, func(t *testing.T) {
 					if err := rdb.Set(ctx, key, "1", 0).Err(); err != nil {

@@ -137,9 +137,7 @@ func diff(a, b []int) []int {
 // an empty list, an empty hash, 0 or -2 must do the same.
 func TestCopyReadMissingCopy(t *testing.T) {
 	srv := redistest.Start(t)
-	im := impl{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
-		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	}}
+	im := standalone(srv.Addr())
 	ctx := context.Background()
 	plain := im.new()
 	defer plain.Close()

@@ -21,18 +21,9 @@ func TestCounterBatchedSurvivesRedisRestart(t *testing.T) {
 	ps := startPlanServer(t)
 	ps.publish(batchedEntry("outage:n", 20*time.Millisecond, time.Minute))
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer rdb.Close()
-	c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	t.Cleanup(func() { rdb.Close() })
+	c := attachTo(t, rdb, ps, Options{})
 	ctx := context.Background()
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.WaitPlan(wctx); err != nil {
-		t.Fatal(err)
-	}
 	counter := c.Counter()
 	srv.Stop()
 	for range 10 {

@@ -18,7 +18,6 @@ import (
 	"github.com/hotkeyd/hotkeyd/internal/leaktest"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/mitigate"
-	"github.com/hotkeyd/hotkeyd/sampler"
 )
 
 func batchedEntry(key string, every, lease time.Duration) mitigate.Entry {
@@ -401,9 +400,7 @@ func commandCalls(t testing.TB, name string, addrs ...string) int {
 // by Close) but never turns a large positive counter negative.
 func TestCounterBatchedOverflow(t *testing.T) {
 	srv := redistest.Start(t)
-	im := impl{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
-		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	}}
+	im := standalone(srv.Addr())
 	ctx := context.Background()
 	ps := startPlanServer(t)
 	ps.publish(batchedEntry("ovf", time.Minute, time.Minute))
@@ -547,13 +544,7 @@ func TestCounterGetSampledAsRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &agentSamples{}
-	agent, err := sampler.NewUDPServer(sampler.UDPOptions{Listen: u.Host, Readers: 1, Sink: rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go agent.Serve(context.Background())
-	t.Cleanup(func() { agent.Close() })
+	_, rec := startAgentAt(t, u.Host, "")
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	c, err := Attach(rdb, Options{Agent: ps.URL(), Source: "app", SampleEvery: 1})
@@ -583,9 +574,7 @@ func TestCounterGetSampledAsRead(t *testing.T) {
 // rather than a sub-counter no reader would know of.
 func TestCounterListFails(t *testing.T) {
 	srv := redistest.Start(t)
-	im := impl{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
-		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	}}
+	im := standalone(srv.Addr())
 	const key = "unlisted:likes"
 	ctx := context.Background()
 	subs, err := topology(t, im).Names(key, 2, mitigate.ShardedCounter)
@@ -625,9 +614,7 @@ func TestCounterListFails(t *testing.T) {
 // the cached value has expired, as for any key the plan caches.
 func TestCounterGetFromL1(t *testing.T) {
 	srv := redistest.Start(t)
-	im := impl{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
-		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	}}
+	im := standalone(srv.Addr())
 	const key = "cached:views"
 	ctx := context.Background()
 	ps := startPlanServer(t)

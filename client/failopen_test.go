@@ -111,16 +111,9 @@ func TestFailOpenKeepsPlan(t *testing.T) {
 	// A lease long enough that a loaded machine cannot run it out before the reads below.
 	ps.publish(l1Entry("fo:kept", 10*time.Second, 3*time.Second))
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer rdb.Close()
-	c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	t.Cleanup(func() { rdb.Close() })
+	c := attachTo(t, rdb, ps, Options{})
 	ctx := context.Background()
-	if err := c.WaitPlan(ctx); err != nil {
-		t.Fatal(err)
-	}
 	taken := time.Now()
 	ps.fail(http.StatusInternalServerError, nil) // the waiting long-poll too gets a 500
 	rdb.Set(ctx, "fo:kept", "v", 0)
@@ -143,15 +136,8 @@ func TestFailOpenKeepsPlan(t *testing.T) {
 func TestFollowerLongPoll(t *testing.T) {
 	ps := startPlanServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: closedTCP(t)})
-	defer rdb.Close()
-	c, err := Attach(rdb, Options{Agent: ps.URL(), NoReports: true, PlanWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.WaitPlan(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { rdb.Close() })
+	c := attachTo(t, rdb, ps, Options{PlanWait: time.Second})
 	for v := uint64(2); v <= 4; v++ {
 		start := time.Now()
 		ps.publish(l1Entry(fmt.Sprint("k", v), time.Second, time.Minute))

@@ -11,9 +11,6 @@ import (
 	"github.com/hotkeyd/hotkeyd/sampler"
 )
 
-// TestPlanIndex: only enforced entries are applied, each for its lease counted from
-// when the plan arrived on the client's clock; counter entries are kept for the Counter
-// API (leased).
 // TestPlanIndexLeaseCap: a plan whose lease is longer than any agent gives (mitigate.lease
 // is at most an hour) is held for an hour at most, so that a client that lost its agent
 // still drops the entries in bounded time.
@@ -34,6 +31,9 @@ func TestPlanIndexLeaseCap(t *testing.T) {
 	}
 }
 
+// TestPlanIndex: only enforced entries are applied, each for its lease counted from
+// when the plan arrived on the client's clock; counter entries are kept for the Counter
+// API (leased).
 func TestPlanIndex(t *testing.T) {
 	rec := l1Entry("rec", time.Second, time.Minute)
 	rec.Mode = mitigate.Recommend

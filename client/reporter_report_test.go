@@ -158,7 +158,7 @@ func TestCloseRacesHook(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(100 * time.Microsecond)
+		waitFor(t, func() bool { return r.Stats().Sampled > 0 }) // the commands run
 		r.Close()
 		close(stop)
 		<-done

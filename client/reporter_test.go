@@ -401,8 +401,14 @@ func (a *agentSamples) wait(t *testing.T, n int) []string {
 // startAgent starts a real UDP agent on a free loopback port, stopped when the test ends.
 func startAgent(t *testing.T, token string) (*sampler.UDPServer, *agentSamples) {
 	t.Helper()
+	return startAgentAt(t, "127.0.0.1:0", token)
+}
+
+// startAgentAt starts a real UDP agent listening on listen, stopped when the test ends.
+func startAgentAt(t *testing.T, listen, token string) (*sampler.UDPServer, *agentSamples) {
+	t.Helper()
 	rec := &agentSamples{}
-	srv, err := sampler.NewUDPServer(sampler.UDPOptions{Listen: "127.0.0.1:0", Readers: 1, Sink: rec, Token: token})
+	srv, err := sampler.NewUDPServer(sampler.UDPOptions{Listen: listen, Readers: 1, Sink: rec, Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,7 @@ import (
 func staleKeys(t *testing.T, prefix string) (rdb, plain redis.UniversalClient) {
 	t.Helper()
 	srv := redistest.Start(t)
-	im := impl{"standalone", []string{srv.Addr()}, func() redis.UniversalClient {
-		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	}}
+	im := standalone(srv.Addr())
 	ps := startPlanServer(t)
 	ps.publish(l1Entry(prefix+":l1", 10*time.Second, time.Minute), copiesEntry(prefix+":split", copyNames(prefix+":split", 2), time.Minute))
 	rdb, _ = attach(t, im, ps, Options{Rand: seeded(1)})

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/hotkeyd/hotkeyd/internal/logbuf"
 )
 
 // TestHelpOnStdout: asked for, help goes to standard output with status 0, so that
@@ -72,15 +70,7 @@ var demoRedisRE = regexp.MustCompile(`redis: real redis-server at (\S+) `)
 // TestDemoCtrlC: Ctrl-C in the middle of the demo stops it with status 0 and a line that
 // says so (not "the flash key was not flagged", status 1), and its redis-server is gone.
 func TestDemoCtrlC(t *testing.T) {
-	out := &logbuf.Buffer{}
-	cmd := exec.Command(hotkeydBinary(t), "demo", "--duration", "15s")
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	cmd, out, done := startHotkeyd(t, "demo", "--duration", "15s")
 	eventually(t, "the demo's first frame", func() bool { return strings.Contains(out.String(), "t=1") })
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	select {

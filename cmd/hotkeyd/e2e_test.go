@@ -107,6 +107,13 @@ func (p *serveProc) signal(t *testing.T, sig syscall.Signal) error {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
+	return p.wait(t, sig)
+}
+
+// wait waits (30 s at most) for the process to exit after sig was sent; it returns the
+// exit error (nil for status 0).
+func (p *serveProc) wait(t *testing.T, sig syscall.Signal) error {
+	t.Helper()
 	select {
 	case <-p.exited:
 		return p.err
@@ -114,6 +121,23 @@ func (p *serveProc) signal(t *testing.T, sig syscall.Signal) error {
 		t.Fatalf("hotkeyd serve still runs 30 s after %v:\n%s", sig, p.log)
 		return nil
 	}
+}
+
+// startHotkeyd runs the real `hotkeyd args…` with stdout and stderr into one buffer and
+// stdin from /dev/null; done gets its exit error. It kills the process when the test
+// ends if it still runs.
+func startHotkeyd(t *testing.T, args ...string) (cmd *exec.Cmd, out *logbuf.Buffer, done chan error) {
+	t.Helper()
+	out = &logbuf.Buffer{}
+	cmd = exec.Command(hotkeydBinary(t), args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, out, done
 }
 
 // freeAddr returns a loopback "127.0.0.1:port" free for both TCP and UDP, for an agent

@@ -165,15 +165,17 @@ func TestServeSIGTERMProxyMidReply(t *testing.T) {
 	if _, err := io.ReadFull(conn, head); err != nil {
 		t.Fatalf("the start of the reply: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- agent.signal(t, syscall.SIGTERM) }()
+	// Sent here, waited for below: signal would call t.Fatal off the test's goroutine.
+	if err := agent.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	rest, err := io.ReadAll(conn)
 	if got := len(head) + len(rest); got != want || err != nil {
 		t.Errorf("the client got %d bytes of its %d-byte reply, then %v; want all of it, then the connection closed", got, want, err)
 	}
 	conn.Close() // the proxy waits for the client's side to close (or its drain timeout)
-	if err := <-exited; err != nil {
+	if err := agent.wait(t, syscall.SIGTERM); err != nil {
 		t.Errorf("hotkeyd serve after SIGTERM: %v; want exit status 0\n%s", err, agent.log)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,25 +13,8 @@ import (
 
 	"github.com/hotkeyd/hotkeyd/agent"
 	"github.com/hotkeyd/hotkeyd/internal/agenttest"
-	"github.com/hotkeyd/hotkeyd/internal/logbuf"
 	"github.com/hotkeyd/hotkeyd/sampler"
 )
-
-// startTop runs the real `hotkeyd top args…` with stdout and stderr into one buffer and
-// stdin from /dev/null; it kills the process when the test ends if it still runs.
-func startTop(t *testing.T, args ...string) (*exec.Cmd, *logbuf.Buffer, chan error) {
-	t.Helper()
-	out := &logbuf.Buffer{}
-	cmd := exec.Command(hotkeydBinary(t), append([]string{"top"}, args...)...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	return cmd, out, done
-}
 
 // feedAgent runs an agent in process that receives reads of keys (the first the most)
 // every 50 ms until the test ends, and returns its base URL.
@@ -65,7 +47,7 @@ func feedAgent(t *testing.T, keys ...string) string {
 // stops with status 0 on SIGTERM.
 func TestTopPipedPlain(t *testing.T) {
 	addr := feedAgent(t, "score:match42")
-	cmd, out, done := startTop(t, "--addr", addr, "--interval", "200ms")
+	cmd, out, done := startHotkeyd(t, "top", "--addr", addr, "--interval", "200ms")
 	eventually(t, "two frames", func() bool { return strings.Count(out.String(), "score:match42") >= 2 })
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -119,7 +101,7 @@ func TestRenderTopLongUnicodeKey(t *testing.T) {
 // goes away it says so, and when it comes back top shows its keys again, by itself.
 func TestTopAgentRestarts(t *testing.T) {
 	addr := freeAddr(t)
-	_, out, _ := startTop(t, "--addr", "http://"+addr, "--interval", "100ms")
+	_, out, _ := startHotkeyd(t, "top", "--addr", "http://"+addr, "--interval", "100ms")
 	eventually(t, "top to say the agent is unreachable", func() bool { return strings.Contains(out.String(), "agent unreachable") })
 	for range 2 {
 		p := startServe(t, nil, "--http-listen", addr, "--udp-listen", addr)
