@@ -1,6 +1,7 @@
 package mitigate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -31,18 +32,41 @@ type claimsExec struct {
 	log *logbuf.Buffer
 }
 
-func newClaimsExecutor(t *testing.T, b backend, clock *execClock, grace time.Duration) claimsExec {
+// newLoggedExecutor is NewExecutor(o) with a registry of its own and a logger that writes
+// to t and to the returned log. RefreshPeriod defaults to an hour: the test runs the
+// rounds.
+func newLoggedExecutor(t *testing.T, o ExecutorOptions) claimsExec {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	buf := &logbuf.Buffer{}
-	e, err := NewExecutor(ExecutorOptions{Redis: b.rdb, RefreshPeriod: time.Hour, GracePeriod: grace, Now: clock.Now,
-		Registry: reg,
-		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(buf, testWriter{t}),
-			&slog.HandlerOptions{Level: slog.LevelInfo}))})
+	o.Registry = reg
+	o.RefreshPeriod = cmp.Or(o.RefreshPeriod, time.Hour)
+	o.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(buf, testWriter{t}),
+		&slog.HandlerOptions{Level: slog.LevelInfo}))
+	e, err := NewExecutor(o)
 	if err != nil {
 		t.Fatalf("NewExecutor: %v", err)
 	}
 	return claimsExec{testExec{e, reg}, buf}
+}
+
+// newClaimsExecutor is an executor on b whose grace periods follow clock.
+func newClaimsExecutor(t *testing.T, b backend, clock *execClock, grace time.Duration) claimsExec {
+	t.Helper()
+	return newLoggedExecutor(t, ExecutorOptions{Redis: b.rdb, GracePeriod: grace, Now: clock.Now})
+}
+
+// claimsGrace is the grace period of the claims tests' executors.
+const claimsGrace = time.Minute
+
+// claimsPair sets key and returns n copy names of it, a clock, and two executors A and B
+// on b with the grace period claimsGrace. The test closes them (or lets one crash).
+func claimsPair(t *testing.T, b backend, key string, n int) (names []Node, clock *execClock, ea, eb claimsExec) {
+	t.Helper()
+	mustDo(t, b.rdb, "SET", key, "v")
+	names = b.names(t, key, n, Copies)
+	clock = newExecClock()
+	return names, clock, newClaimsExecutor(t, b, clock, claimsGrace), newClaimsExecutor(t, b, clock, claimsGrace)
 }
 
 func TestExecutorClaims(t *testing.T) {
@@ -127,13 +151,8 @@ func mustDo(t *testing.T, rdb Redis, args ...any) {
 // stay throughout.
 func testClaimsRecover(t *testing.T, b backend) {
 	ctx := context.Background()
-	const key = "claims:a:page"
-	mustDo(t, b.rdb, "SET", key, "v")
-	names := b.names(t, key, 3, Copies)
-	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
-	const grace = time.Minute
-	ea := newClaimsExecutor(t, b, clock, grace)
-	eb := newClaimsExecutor(t, b, clock, grace)
+	const key, grace = "claims:a:page", claimsGrace
+	names, clock, ea, eb := claimsPair(t, b, key, 3)
 	defer ea.Close(ctx)
 	defer eb.Close(ctx)
 	if err := ea.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
@@ -168,13 +187,8 @@ func testClaimsRecover(t *testing.T, b backend) {
 // B's rounds, its Recover and its own change from 4 to 2 never delete copies 3 and 4.
 func testClaimsFewerCopies(t *testing.T, b backend) {
 	ctx := context.Background()
-	const key = "claims:b:page"
-	mustDo(t, b.rdb, "SET", key, "v")
-	names := b.names(t, key, 4, Copies)
-	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
-	const grace = time.Minute
-	ea := newClaimsExecutor(t, b, clock, grace)
-	eb := newClaimsExecutor(t, b, clock, grace)
+	const key, grace = "claims:b:page", claimsGrace
+	names, clock, ea, eb := claimsPair(t, b, key, 4)
 	defer ea.Close(ctx)
 	defer eb.Close(ctx)
 	if err := ea.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
@@ -208,14 +222,9 @@ func testClaimsFewerCopies(t *testing.T, b backend) {
 func testClaimsClose(t *testing.T, b backend) {
 	ctx := context.Background()
 	const key, other = "claims:c:page", "claims:c:other"
-	mustDo(t, b.rdb, "SET", key, "v")
+	names, _, ea, eb := claimsPair(t, b, key, 2)
 	mustDo(t, b.rdb, "SET", other, "v")
-	names := b.names(t, key, 2, Copies)
 	own := b.names(t, other, 2, Copies) // B's alone
-	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
-	const grace = time.Minute
-	ea := newClaimsExecutor(t, b, clock, grace)
-	eb := newClaimsExecutor(t, b, clock, grace)
 	defer ea.Close(ctx)
 	if err := ea.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
 		t.Fatalf("A Apply: %v", err)
@@ -242,14 +251,9 @@ func testClaimsClose(t *testing.T, b backend) {
 // crashed agent, a resharding) is deleted by B's periodic scan.
 func testClaimsCrash(t *testing.T, b backend) {
 	ctx := context.Background()
-	const key, stray = "claims:d:page", "claims:d:stray"
-	mustDo(t, b.rdb, "SET", key, "v")
-	names := b.names(t, key, 3, Copies)
+	const key, stray, grace = "claims:d:page", "claims:d:stray", claimsGrace
+	names, clock, ea, eb := claimsPair(t, b, key, 3) // A crashes: never closed
 	strays := b.names(t, stray, 2, Copies)
-	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
-	const grace = time.Minute
-	ea := newClaimsExecutor(t, b, clock, grace) // crashes: never closed
-	eb := newClaimsExecutor(t, b, clock, grace)
 	defer eb.Close(ctx)
 	if err := ea.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
 		t.Fatalf("A Apply: %v", err)
@@ -295,14 +299,16 @@ func testClaimsUnreadable(t *testing.T, b backend) {
 		mustDo(t, b.rdb, "SET", n.Name, "left")
 	}
 	mustDo(t, b.rdb, "SET", claimsTestKey, "not a hash")
-	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
-	const grace = time.Minute
+	clock := newExecClock()
+	const grace = claimsGrace
 	e := newClaimsExecutor(t, b, clock, grace)
 	defer e.Close(ctx)
 	if err := e.Apply(ctx, execPlan()); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	_ = e.Recover(ctx) // an error: the claims cannot be read
+	if err := e.Recover(ctx); err == nil {
+		t.Errorf("Recover with the claims unreadable: got nil; want an error")
+	}
 	b.exist(t, "after Recover with the claims unreadable", strays)
 	// An entry starts and ends while the claims stay unreadable.
 	_ = e.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names)))
@@ -351,8 +357,8 @@ func testClaimsNewerFormat(t *testing.T, b backend) {
 	for _, n := range strays {
 		mustDo(t, b.rdb, "SET", n.Name, "left")
 	}
-	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
-	const grace = time.Minute
+	clock := newExecClock()
+	const grace = claimsGrace
 	exp := clock.Now().Add(grace).UnixMilli()
 	mustDo(t, b.rdb, "HSET", claimsTestKey, "future-agent", strconv.FormatInt(exp, 10)+" 2 something new")
 	e := newClaimsExecutor(t, b, clock, grace)

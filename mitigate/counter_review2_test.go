@@ -7,14 +7,12 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/hotkeyd/hotkeyd/internal/redistest"
 )
 
 // commandCalls returns the calls of every command since the last CONFIG RESETSTAT.
-func commandCalls(t *testing.T, c *redis.Client) map[string]int {
+func commandCalls(t *testing.T, c Redis) map[string]int {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
+	info, err := c.Do(context.Background(), "INFO", "commandstats").Text()
 	if err != nil {
 		t.Fatalf("INFO commandstats: %v", err)
 	}
@@ -24,7 +22,10 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int {
 		if !ok {
 			continue
 		}
-		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+		n, err := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+		if err != nil {
+			t.Fatalf("INFO commandstats line %q: calls: %v", l, err)
+		}
 		out[strings.TrimPrefix(name, "cmdstat_")] = n
 	}
 	return out
@@ -37,11 +38,9 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int {
 func TestEmptyFoldCostReview2(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	defer c.Close()
+	b := startStandalone(t)
+	c := b.rdb
 	const key = "rv2:likes"
-	b := backend{rdb: c, topo: StandaloneTopology(s.Addr()), addrs: []string{s.Addr()}}
 	subs := b.names(t, key, 2, ShardedCounter)
 	if _, err := foldSub(ctx, c, key, subs[0].Name); err != nil { // loads the script
 		t.Fatalf("foldSub: %v", err)
@@ -69,20 +68,18 @@ func TestEmptyFoldCostReview2(t *testing.T) {
 func TestFoldWithoutAdminCommands(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := redistest.Start(t)
-	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	defer admin.Close()
+	b := startStandalone(t)
+	admin := b.rdb
 	mustDo(t, admin, "ACL", "SETUSER", "hk", "on", ">pw", "~*", "+@all", "-@admin")
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "hk", Password: "pw"})
+	c := redis.NewClient(&redis.Options{Addr: b.addrs[0], Username: "hk", Password: "pw"})
 	defer c.Close()
 	const key = "noadmin:likes"
-	b := backend{rdb: admin, topo: StandaloneTopology(s.Addr()), addrs: []string{s.Addr()}}
 	subs := b.names(t, key, 2, ShardedCounter)
 	mustDo(t, admin, "SET", subs[0].Name, "5")
 	if _, err := foldSub(ctx, c, key, subs[0].Name); err != nil {
 		t.Fatalf("foldSub as a user without @admin: %v; want the fold done without waiting for replicas", err)
 	}
-	if v, err := admin.Get(ctx, key).Int(); err != nil || v != 5 {
+	if v, err := admin.Do(ctx, "GET", key).Int(); err != nil || v != 5 {
 		t.Errorf("%s after the fold: %d, %v; want 5", key, v, err)
 	}
 }

@@ -3,7 +3,6 @@ package mitigate
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +19,11 @@ type execClock struct {
 	t  time.Time
 }
 
+// newExecClock returns a clock at 2026-03-01 00:00 UTC.
+func newExecClock() *execClock {
+	return &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+}
+
 func (c *execClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -32,14 +36,11 @@ func (c *execClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// newClockedExecutor is an executor on b whose grace periods follow clock.
+// newClockedExecutor is an executor on rdb whose grace periods follow clock, closed when
+// the test ends.
 func newClockedExecutor(t *testing.T, rdb Redis, clock *execClock, grace time.Duration) *Executor {
 	t.Helper()
-	e, err := NewExecutor(ExecutorOptions{Redis: rdb, RefreshPeriod: time.Hour, GracePeriod: grace, Now: clock.Now,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))})
-	if err != nil {
-		t.Fatalf("NewExecutor: %v", err)
-	}
+	e := newLoggedExecutor(t, ExecutorOptions{Redis: rdb, GracePeriod: grace, Now: clock.Now}).Executor
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
 	return e
 }
@@ -87,7 +88,7 @@ func testRecoverLateLeftovers(t *testing.T, b backend) {
 	const key, page = "late:likes", "late:page"
 	subs := b.names(t, key, 3, ShardedCounter)
 	copies := b.names(t, page, 2, Copies)
-	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	clock := newExecClock()
 	const grace = time.Minute
 	e := newClockedExecutor(t, b.rdb, clock, grace)
 	// The new agent starts with an empty plan and finds nothing to clean up.
@@ -133,7 +134,7 @@ func testFoldStuckOnActive(t *testing.T, b backend) {
 		}
 		return err
 	}}
-	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	clock := newExecClock()
 	e := newClockedExecutor(t, rdb, clock, time.Minute)
 	if err := e.Apply(ctx, execPlan(execEntry(key, ShardedCounter, Enforce, subs))); err != nil {
 		t.Fatal(err)
@@ -188,12 +189,14 @@ func testReadAcrossGenExpiry(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 	var once sync.Once
+	fired := false
 	rdb := interposer{Redis: b.rdb, before: func(ctx context.Context, args []any) error {
 		if !isScript(args, readBase) {
 			return nil
 		}
 		var err error
 		once.Do(func() {
+			fired = true
 			// Between the reader's look at the sub-counters and its look at the key:
 			// gen's TTL runs out (Redis deletes it), and the executor folds the
 			// sub-counter.
@@ -205,6 +208,9 @@ func testReadAcrossGenExpiry(t *testing.T, b backend) {
 	}}
 	if got, err := ReadCounter(ctx, rdb, key, subs); err != nil || got != 8 {
 		t.Errorf("ReadCounter across gen's expiry and a fold: got %d, %v; want 8", got, err)
+	}
+	if !fired {
+		t.Errorf("ReadCounter never ran readBase: the expiry and the fold were not interposed")
 	}
 	b.rdb.Do(ctx, "DEL", key, genName(key))
 }
@@ -238,7 +244,7 @@ func testListedSubCounters(t *testing.T, b backend) {
 		}
 		return nil
 	}}
-	clock := &execClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	clock := newExecClock()
 	const grace = time.Minute
 	e := newClockedExecutor(t, rdb, clock, grace)
 	if err := e.Apply(ctx, execPlan(execEntry(key, ShardedCounter, Enforce, subs))); err != nil {

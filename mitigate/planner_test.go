@@ -571,8 +571,15 @@ func TestPlannerClockStepsBack(t *testing.T) {
 	if plan, changed := p.Update(back, hot, nil); !changed {
 		e, _ := plan.Find("a", L1)
 		t.Errorf("at the step: changed false, expires %v; want the lease renewed to %v", e.Expires, back.Add(DefaultLease))
+	} else if e, ok := plan.Find("a", L1); !ok || !e.Expires.Equal(back.Add(DefaultLease)) {
+		t.Errorf("at the step: entry %+v (found %v); want the lease renewed to %v", e, ok, back.Add(DefaultLease))
 	}
 	plan, _ := p.Update(back.Add(time.Second), append(hot, readHot("b", true)), nil)
+	for _, k := range []string{"a", "b"} {
+		if _, ok := plan.Find(k, L1); !ok {
+			t.Fatalf("after the step: %s for %s; want l1", kinds(plan, k), k)
+		}
+	}
 	plan.Version = 2
 	data, err := json.Marshal(plan)
 	if err != nil {

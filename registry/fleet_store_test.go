@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// fleetRedis starts a redis-server and returns a RedisStore on it, as one agent of a
-// fleet would open it.
+// fleetRedis returns a RedisStore on the redis-server at addr, as one agent of a fleet
+// would open it, with a client that does not retry (the tests stop servers under it).
 func fleetRedis(t *testing.T, addr string) *RedisStore {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})

@@ -39,13 +39,15 @@ func TestRedisVersionNotReusedAfterLaggedFailover(t *testing.T) {
 	v1 := mustVersion(t, a)
 	_, ver := a.Keys()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		info, _ := rrdb.Info(ctx, "replication").Result()
-		got, _ := rrdb.Get(ctx, ver).Uint64()
-		if got == v1 && strings.Contains(info, "master_link_status:up") {
+		info, ierr := rrdb.Info(ctx, "replication").Result()
+		got, gerr := rrdb.Get(ctx, ver).Uint64()
+		linked := strings.Contains(info, "master_link_status:up")
+		if got == v1 && linked {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the replica did not get version %d in 10s (has %d)", v1, got)
+			t.Fatalf("after 10s the replica has version %d (%v), link up %v (%v); want version %d and the link up",
+				got, gerr, linked, ierr, v1)
 		}
 	}
 	if err := rrdb.Do(ctx, "replicaof", "no", "one").Err(); err != nil { // it lags from here on

@@ -17,11 +17,11 @@ func TestSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := NewSwitch(a)
-	v1, _ := w.Version(ctx)
+	v1 := mustVersion(t, w)
 	w.To(b)
-	v2, _ := w.Version(ctx)
-	if va, _ := a.Version(ctx); va != mustVersion(t, b) {
-		t.Fatalf("the two stores' versions differ (%d, %d): the test wants them alike", va, mustVersion(t, b))
+	v2 := mustVersion(t, w)
+	if va, vb := mustVersion(t, a), mustVersion(t, b); va != vb {
+		t.Fatalf("the two stores' versions differ (%d, %d): the test wants them alike", va, vb)
 	}
 	if v1 == v2 {
 		t.Errorf("version %d before and after the switch; want a change", v1)

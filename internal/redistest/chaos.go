@@ -80,19 +80,26 @@ func (c *Cluster) AddReplica(t testing.TB, primary *Server) *Server {
 		}
 		time.Sleep(50 * time.Millisecond) // the replica does not know the primary yet
 	}
-	want := "cluster_known_nodes:" + strconv.Itoa(c.knownNodes()+1)
+	want := []string{"cluster_state:ok", "cluster_known_nodes:" + strconv.Itoa(c.knownNodes()+1)}
 	for {
-		info, _ := command(node.addr, "", "INFO", "replication")
-		ok := strings.Contains(info, "master_link_status:up") && !strings.Contains(info, "master_sync_in_progress:1")
-		for _, p := range c.nodes {
-			ci, err := command(p.addr, "", "CLUSTER", "INFO")
-			ok = ok && err == nil && containsAll(ci, []string{"cluster_state:ok", want})
-		}
-		if ok {
+		// notReady says what is not ready yet, "" once everything is.
+		notReady := func() string {
+			info, err := command(node.addr, "", "INFO", "replication")
+			if err != nil || !strings.Contains(info, "master_link_status:up") || strings.Contains(info, "master_sync_in_progress:1") {
+				return fmt.Sprintf("replica's INFO replication %q, %v; want master_link_status:up, no sync in progress", info, err)
+			}
+			for _, p := range c.nodes {
+				if ci, err := command(p.addr, "", "CLUSTER", "INFO"); err != nil || !containsAll(ci, want) {
+					return fmt.Sprintf("primary %s CLUSTER INFO %q, %v; want lines %q", p.addr, ci, err, want)
+				}
+			}
+			return ""
+		}()
+		if notReady == "" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redistest: replica %s of %s not ready after %v: %q", node.addr, primary.addr, startTimeout, info)
+			t.Fatalf("redistest: replica %s of %s not ready after %v: %s", node.addr, primary.addr, startTimeout, notReady)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -107,7 +114,7 @@ func (c *Cluster) knownNodes() int { return len(c.nodes) + len(c.replicas) }
 // option "" (a coordinated failover: the primary stops writes until the replica has
 // caught up, no write is lost), "FORCE" (without the primary's agreement, with the other
 // primaries' vote) or "TAKEOVER" (without any agreement: for a primary that is down or
-// paused). It waits until replica reports role master and, asked with CLUSTER SHARDS,
+// paused). It waits until replica reports role master and, asked with CLUSTER NODES,
 // every node in alive names replica as the owner of the slots.
 func (c *Cluster) Failover(t testing.TB, replica *Server, option string, alive ...*Server) {
 	t.Helper()
@@ -121,18 +128,24 @@ func (c *Cluster) Failover(t testing.TB, replica *Server, option string, alive .
 	deadline := time.Now().Add(startTimeout)
 	id := replica.ID(t)
 	for {
-		role, err := command(replica.addr, "", "ROLE")
-		ok := err == nil && strings.HasPrefix(role, "master")
-		for _, n := range alive {
-			nodes, err := command(n.addr, "", "CLUSTER", "NODES")
-			ok = ok && err == nil && ownsSlots(nodes, id)
-		}
-		if ok {
+		// notYet says where replica is not the primary yet, "" once it is everywhere.
+		notYet := func() string {
+			if role, err := command(replica.addr, "", "ROLE"); err != nil || !strings.HasPrefix(role, "master") {
+				return fmt.Sprintf("its ROLE is %q, %v; want master", role, err)
+			}
+			for _, n := range alive {
+				if nodes, err := command(n.addr, "", "CLUSTER", "NODES"); err != nil || !ownsSlots(nodes, id) {
+					return fmt.Sprintf("%s's CLUSTER NODES does not name it (%s) a master with slots: %q, %v", n.addr, id, nodes, err)
+				}
+			}
+			return ""
+		}()
+		if notYet == "" {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redistest: %s %s: not primary everywhere after %v (ROLE %q, %v)",
-				replica.addr, strings.Join(args, " "), startTimeout, role, err)
+			t.Fatalf("redistest: %s %s: not primary everywhere after %v: %s",
+				replica.addr, strings.Join(args, " "), startTimeout, notYet)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

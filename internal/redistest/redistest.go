@@ -62,25 +62,11 @@ func (s *Server) Dir() string { return s.dir }
 func Start(t testing.TB, opts ...Options) *Server {
 	t.Helper()
 	o := theOptions(t, "Start", opts)
-	bin := lookPath(t, "redis-server")
-	var lastErr error
-	for attempt := 0; attempt < 8; attempt++ {
-		port, err := freePort(false)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		s, err := launch(t, bin, port, o.Password, o.Args)
-		if err == nil {
-			return s
-		}
-		lastErr = err
-		if !errors.Is(err, errPortTaken) {
-			break
-		}
+	s, err := launchFree(t, lookPath(t, "redis-server"), false, o.Password, o.Args)
+	if err != nil {
+		t.Fatalf("redistest: start redis-server: %v", err)
 	}
-	t.Fatalf("redistest: start redis-server: %v", lastErr)
-	return nil
+	return s
 }
 
 // StartAt starts a standalone redis-server on addr ("127.0.0.1:port"), for a test that
@@ -122,26 +108,30 @@ type Cluster struct {
 }
 
 // launchClusterNode starts a redis-server with cluster support on a free port (and a
-// free bus port), trying other ports while the one it picked is taken meanwhile.
+// free bus port).
 func launchClusterNode(t testing.TB, bin string) (*Server, error) {
-	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "5000"}
+	return launchFree(t, bin, true, "", []string{"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"})
+}
+
+// launchFree starts redis-server on a free port (with bus, its cluster bus port free as
+// well), trying other ports while the one it picked is taken meanwhile.
+func launchFree(t testing.TB, bin string, bus bool, password string, args []string) (*Server, error) {
+	t.Helper()
 	var lastErr error
 	for range 8 {
-		port, err := freePort(true)
+		port, err := freePort(bus)
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		node, err := launch(t, bin, port, "", args)
-		if err == nil {
-			return node, nil
+		s, err := launch(t, bin, port, password, args)
+		if err == nil || !errors.Is(err, errPortTaken) {
+			return s, err
 		}
-		if lastErr = err; !errors.Is(err, errPortTaken) {
-			break
-		}
+		lastErr = err
 	}
-	return nil, lastErr
+	return nil, fmt.Errorf("no port free after 8 tries, the last: %w", lastErr)
 }
 
 // Addrs returns the primaries' "127.0.0.1:port" addresses.
@@ -325,31 +315,43 @@ func launch(t testing.TB, bin string, port int, password string, extra []string)
 		close(s.done)
 	}()
 
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case <-s.done:
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			if bytes.Contains(log, []byte("Address already in use")) {
-				return nil, fmt.Errorf("%w: %d", errPortTaken, port)
-			}
-			return nil, fmt.Errorf("redis-server on port %d exited before answering PING: %s\nlog:\n%s",
-				port, cmd.ProcessState, tail(log))
-		default:
+	switch err := awaitPING(s.addr, password, s.done); {
+	case errors.Is(err, errExited):
+		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+		if bytes.Contains(log, []byte("Address already in use")) {
+			return nil, fmt.Errorf("%w: %d", errPortTaken, port)
 		}
-		reply, err := command(s.addr, password, "PING")
-		if err == nil && reply == "PONG" {
-			break
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			return nil, fmt.Errorf("redis-server on port %d did not answer PING within %v: got %q, %v",
-				port, startTimeout, reply, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return nil, fmt.Errorf("redis-server on port %d exited before answering PING: %s\nlog:\n%s",
+			port, cmd.ProcessState, tail(log))
+	case err != nil:
+		s.stop()
+		return nil, fmt.Errorf("redis-server on port %d: %w", port, err)
 	}
 	t.Cleanup(s.stop)
 	return s, nil
+}
+
+var errExited = errors.New("exited")
+
+// awaitPING sends PING to addr until it answers PONG. It returns errExited once done is
+// closed (the process has exited), and an error with the last reply after startTimeout.
+func awaitPING(addr, password string, done <-chan struct{}) error {
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-done:
+			return errExited
+		default:
+		}
+		reply, err := command(addr, password, "PING")
+		if err == nil && reply == "PONG" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("did not answer PING within %v: got %q, %v; want PONG", startTimeout, reply, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // stop terminates the server and waits for it, killing it if it lingers.

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -8,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // Twemproxy is a running twemproxy (nutcracker) in front of one server.
@@ -25,31 +25,36 @@ func (p *Twemproxy) Addr() string { return p.addr }
 func StartTwemproxy(t testing.TB, upstream string) *Twemproxy {
 	t.Helper()
 	bin := lookPath(t, "nutcracker")
+	fail := func(step string, err error) {
+		t.Helper()
+		t.Fatalf("redistest: start nutcracker for %s: %s: %v", upstream, step, err)
+	}
 	port, err := freePort(false)
 	if err != nil {
-		t.Fatalf("redistest: start nutcracker: %v", err)
+		fail("listen port", err)
 	}
 	stats, err := freePort(false)
 	if err != nil {
-		t.Fatalf("redistest: start nutcracker: %v", err)
+		fail("stats port", err)
 	}
 	dir := t.TempDir()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	conf := fmt.Sprintf("pool:\n  listen: %s\n  redis: true\n  servers:\n    - %s:1\n", addr, upstream)
 	confPath := filepath.Join(dir, "nutcracker.yml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
-		t.Fatalf("redistest: start nutcracker: %v", err)
+		fail("write its configuration", err)
 	}
-	logf, err := os.Create(filepath.Join(dir, "nutcracker.log"))
+	logPath := filepath.Join(dir, "nutcracker.log")
+	logf, err := os.Create(logPath)
 	if err != nil {
-		t.Fatalf("redistest: start nutcracker: %v", err)
+		fail("create its log", err)
 	}
 	cmd := exec.Command(bin, "-c", confPath, "-s", strconv.Itoa(stats), "-a", "127.0.0.1")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	setDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
-		t.Fatalf("redistest: start nutcracker: %v", err)
+		fail(bin, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); _ = logf.Close(); close(done) }()
@@ -57,20 +62,12 @@ func StartTwemproxy(t testing.TB, upstream string) *Twemproxy {
 		_ = cmd.Process.Kill()
 		<-done
 	})
-	deadline := time.Now().Add(startTimeout)
-	for {
-		reply, err := command(addr, "", "PING")
-		if err == nil && reply == "PONG" {
-			return &Twemproxy{addr: addr}
+	if err := awaitPING(addr, "", done); err != nil {
+		if errors.Is(err, errExited) {
+			err = fmt.Errorf("exited (%s)", cmd.ProcessState)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: nutcracker on %s did not answer PING within %v: got %q, %v (log in %s)",
-				addr, startTimeout, reply, err, dir)
-		}
-		select {
-		case <-done:
-			t.Fatalf("redistest: nutcracker exited before answering PING (log in %s)", dir)
-		case <-time.After(20 * time.Millisecond):
-		}
+		log, _ := os.ReadFile(logPath)
+		t.Fatalf("redistest: nutcracker on %s for %s: %v\nconfiguration:\n%s\nlog:\n%s", addr, upstream, err, conf, tail(log))
 	}
+	return &Twemproxy{addr: addr}
 }
