@@ -105,6 +105,7 @@ func TestSuite(t *testing.T) {
 		{"LeaseExpiry", testLeaseExpiry},
 		{"CopiesReadWrite", testCopiesReadWrite},
 		{"Unmirrored", testUnmirrored},
+		{"WriteOutcomeUnknown", testWriteOutcomeUnknown},
 		{"PlainCommands", testPlainCommands},
 		{"CloseLeaksNothing", testCloseLeaksNothing},
 	})
