@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,17 +16,25 @@ import (
 // Claims: several executors on one Redis (one agent per app pod, all on the same
 // cluster). Copy names are a pure function of key, n and topology, so executors that
 // split the same key use the same names, and an executor must not delete a copy that
-// another, live executor uses. Each executor writes the copy names it actively uses into
-// one hash, ClaimsKey (field: its id; value: an expiry and the names), renews it every
-// half GracePeriod and at once when its copies change, and removes it at Close. Before it
-// deletes a copy (an entry's end, a retire round, a scan, Close) it reads the hash, at
-// most once per step, and leaves alone every name a live claim of another executor
-// lists. If the hash cannot be read it deletes nothing that needs it (fail safe) and
-// tries again at the next round. docs/plan.md, section Copies, has the whole story.
+// another, live executor uses. Claims are kept per copy, in the copy's own slot: the
+// claim key of copy name N is claimKey(N), a sorted set whose members are the ids of the
+// executors that use N and whose scores are their claims' expiries (unix ms). Each
+// executor renews its claims every half GracePeriod and at once when its copies change
+// (renewClaim, pipelined), removes them (ZREM) from the names it stops using and at
+// Close, and deletes a copy only through deleteUnclaimed: one script on the copy's node
+// that checks the claims and deletes in one step. Every claim step touches only the
+// names of the executor at hand, so its cost does not grow with the number of executors,
+// and it is spread over the copies' primaries. docs/plan.md, section Copies, has the
+// whole story.
 
-// ClaimsKey is the Redis hash of claims: field = executor id, value = claim (see
-// encodeClaim). It is one key, in one slot, whatever the number of executors.
-const ClaimsKey = "{hotkeyd}claims"
+// claimPrefix starts every claim key. It holds no '{', so a claim key hashes on its
+// copy's hash tag; it does not start with '{', so no scan for "{hk:*" and no ParseName
+// takes it for a copy.
+const claimPrefix = "hk:claim"
+
+// claimKey returns the claim key of copy name: a sorted set in name's slot (member: an
+// executor's id; score: when its claim expires, unix ms).
+func claimKey(name string) string { return claimPrefix + name }
 
 // SweepKey is taken (SET NX with an expiry of RescanPeriod) by the executor that runs the
 // periodic scan for unclaimed copies, so that a fleet of agents on one cluster scans once
@@ -48,197 +55,94 @@ func (e *Executor) takeSweep(ctx context.Context) (bool, error) {
 	return false, fmt.Errorf("mitigate: SET %s NX: %w", SweepKey, err)
 }
 
-// claimVersion is the format of the names in a claim's value.
-const claimVersion = 1
+// renewClaim (on the copy's node). KEYS: a claim key. ARGV: executor id, expiry (unix
+// ms), now (unix ms), grace period (ms). It sets the executor's claim, then makes the
+// claim key expire one grace period after its last claim does, so that the claim key of a
+// copy nobody uses any more goes by itself. The key's expiry is relative (PEXPIRE, last
+// expiry − now + grace, never less than two grace periods since the executor's own claim
+// runs that long): it follows the executor's clock, not the server's.
+var renewClaim = newScript(`
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+local ttl = tonumber(last[2]) - tonumber(ARGV[3]) + tonumber(ARGV[4])
+redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+return 1`)
 
-// encodeClaim encodes a claim: "<expiry unix ms> <version> " then, per name,
-// "<byte length>:<name>" (names hold keys verbatim, any bytes).
-func encodeClaim(expiry time.Time, names []string) string {
-	var b strings.Builder
-	b.WriteString(strconv.FormatInt(expiry.UnixMilli(), 10))
-	b.WriteString(" " + strconv.Itoa(claimVersion) + " ")
-	for _, n := range names {
-		b.WriteString(strconv.Itoa(len(n)))
-		b.WriteByte(':')
-		b.WriteString(n)
-	}
-	return b.String()
-}
-
-// decodeClaim reads a claim's expiry (unix ms) and, if the format is one this executor
-// knows, its names. errNoExpiry when even the expiry cannot be read.
-func decodeClaim(v string) (expiry int64, names []string, err error) {
-	exp, rest, ok := strings.Cut(v, " ")
-	if expiry, err = strconv.ParseInt(exp, 10, 64); err != nil || !ok {
-		return 0, nil, errNoExpiry
-	}
-	ver, payload, ok := strings.Cut(rest, " ")
-	if ver != strconv.Itoa(claimVersion) || !ok {
-		return expiry, nil, fmt.Errorf("claim format %q: this executor reads version %d", ver, claimVersion)
-	}
-	for payload != "" {
-		ls, tail, ok := strings.Cut(payload, ":")
-		l, err := strconv.Atoi(ls)
-		if !ok || err != nil || l < 0 || l > len(tail) {
-			return expiry, nil, fmt.Errorf("claim names: bad length at %.20q", payload)
-		}
-		names = append(names, tail[:l])
-		payload = tail[l:]
-	}
-	return expiry, names, nil
-}
-
-var errNoExpiry = errors.New("claim: no expiry")
-
-// pruneClaims (on ClaimsKey's node). ARGV: field, value, field, value…: each field is
-// deleted only if it still holds that value, so a claim renewed since it was read as
-// expired stays. Reply: the fields deleted.
-var pruneClaims = newScript(`
-local out = {}
-for i = 1, #ARGV, 2 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i+1] then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    out[#out+1] = ARGV[i]
-  end
+// deleteIfUnclaimed (on the copy's node). KEYS: a copy, its claim key. ARGV: executor
+// id, now (unix ms). It drops the expired claims, then, if another executor's claim is
+// live, returns that executor's id and deletes nothing; else it deletes the copy and
+// returns how many keys it deleted. Checking and deleting in one script leaves no window
+// for a claim to arrive in between.
+var deleteIfUnclaimed = newScript(`
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2])
+for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, 1)) do
+  if id ~= ARGV[1] then return id end
 end
-return out`)
+return redis.call('DEL', KEYS[1])`)
 
-// claimView is the claims read for one step (an Apply, a round, a Recover, a Close).
-type claimView struct {
-	owner map[string]string // copy name → id of a live claim of another executor listing it
-	err   error             // the claims could not be read: delete nothing that needs them
-}
-
-// claims returns the live claims of other executors, reading the hash once per step
-// (e.view is reset by every step). Reading prunes expired claims and takes over the names
-// of those it pruned: they are retired, so the copies of a crashed executor go once its
-// claim has run out. A failure is counted and logged once per step.
-func (e *Executor) claims(ctx context.Context) (map[string]string, error) {
-	if e.view == nil {
-		owner, err := e.readClaims(ctx)
-		e.view = &claimView{owner: owner, err: err}
-		if err != nil {
-			e.did(Copies, "", ActionError, 1, "claims unreadable: no copy deleted until they can be read",
-				slog.String("error", err.Error()))
-		}
-	}
-	return e.view.owner, e.view.err
-}
-
-func (e *Executor) readClaims(ctx context.Context) (map[string]string, error) {
-	fields, err := hashFields(e.rdb.Do(ctx, "HGETALL", ClaimsKey))
+// deleteUnclaimed deletes copy name unless another live executor claims it. It returns
+// the id of such an executor ("" when none, and the copy was deleted) and how many keys it
+// deleted. On an error nothing was deleted (fail safe).
+func (e *Executor) deleteUnclaimed(ctx context.Context, name string) (owner string, n int, err error) {
+	v, err := deleteIfUnclaimed.run(ctx, e.rdb, []string{name, claimKey(name)}, e.id, e.now().UnixMilli()).Result()
 	if err != nil {
-		return nil, fmt.Errorf("mitigate: claims: HGETALL %s: %w", ClaimsKey, err)
+		_, i, _, _ := ParseName(name)
+		return "", 0, fmt.Errorf("mitigate: claims of copy %d: check and delete: %w", i, err)
 	}
-	now := e.now().UnixMilli()
-	owner := make(map[string]string)
-	var expired []any              // field, value pairs to prune
-	adopt := map[string][]string{} // field → names, of expired claims
-	var errs []error
-	for _, id := range slices.Sorted(maps.Keys(fields)) {
-		if id == e.id {
-			continue
-		}
-		exp, names, err := decodeClaim(fields[id])
-		switch {
-		case errors.Is(err, errNoExpiry) || (exp <= now):
-			expired = append(expired, id, fields[id])
-			adopt[id] = names
-		case err != nil:
-			// A live claim whose names this executor cannot read (a newer format): keep
-			// everything until it expires.
-			errs = append(errs, fmt.Errorf("mitigate: claims: executor %s: %w", id, err))
-		default:
-			for _, n := range names {
-				owner[n] = id
-			}
-		}
+	switch v := v.(type) {
+	case int64:
+		return "", int(v), nil
+	case string:
+		return v, 0, nil
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	if len(expired) == 0 {
-		return owner, nil
-	}
-	pruned, err := pruneClaims.run(ctx, e.rdb, []string{ClaimsKey}, expired...).StringSlice()
-	if err != nil {
-		// Not fatal: those claims are not live; the next reader prunes them.
-		e.did(Copies, "", ActionError, 1, "pruning expired claims failed; retried at the next read",
-			slog.String("error", err.Error()))
-		return owner, nil
-	}
-	t := e.now()
-	for _, id := range pruned {
-		n := 0
-		for _, name := range adopt[id] {
-			kind, _, key, ok := ParseName(name)
-			if !ok || kind != Copies || e.activeCopy(name) {
-				continue
-			}
-			if _, ok := e.retiring[name]; !ok {
-				e.retiring[name] = ended{key: key, quiet: t,
-					why: "claimed only by executor " + id + ", whose claim expired (it crashed or lost Redis)"}
-				n++
-			}
-		}
-		e.log.LogAttrs(ctx, slog.LevelInfo, "expired claim pruned", slog.String("executor", id),
-			slog.Int("copies", len(adopt[id])), slog.Int("retired", n))
-	}
-	return owner, nil
+	return "", 0, fmt.Errorf("mitigate: claims: check and delete: reply %v (%T); want an id or a count", v, v)
 }
 
-// hashFields reads an HGETALL reply, RESP2 (a flat list) or RESP3 (a map), with pairs.
-func hashFields(cmd interface{ Result() (any, error) }) (map[string]string, error) {
-	v, err := cmd.Result()
-	if err != nil {
-		return nil, err
-	}
-	m, err := pairs(v)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = str(v)
-	}
-	return out, nil
-}
-
-// activeCopy reports whether this executor's plan uses copy name.
-func (e *Executor) activeCopy(name string) bool {
-	for _, ns := range e.copies {
-		if slices.Contains(ns, name) {
-			return true
-		}
-	}
-	return false
-}
-
-// putClaim writes this executor's claim — the copy names it actively uses, valid for one
-// GracePeriod — or removes it when there are none. A failure is counted and logged, and
-// the claim written again at the next round.
-func (e *Executor) putClaim(ctx context.Context) error {
-	now := e.now()
+// activeNames returns the copy names this executor's plan uses, sorted.
+func (e *Executor) activeNames() []string {
 	var names []string
 	for _, ns := range e.copies {
 		names = append(names, ns...)
 	}
 	slices.Sort(names)
-	var err error
-	switch {
-	case len(names) > 0:
-		err = e.rdb.Do(ctx, "HSET", ClaimsKey, e.id, encodeClaim(now.Add(e.grace), names)).Err()
-		if err == nil {
-			e.claimHeld = true
-		}
-	case e.claimHeld:
-		if err = e.rdb.Do(ctx, "HDEL", ClaimsKey, e.id).Err(); err == nil {
-			e.claimHeld = false
+	return slices.Compact(names)
+}
+
+// putClaim renews this executor's claim on every copy name it actively uses, valid for
+// one GracePeriod, and removes it from the names it claimed before and uses no more: one
+// command per name, pipelined. A failure is counted and logged, and the claims written
+// again at the next round.
+func (e *Executor) putClaim(ctx context.Context) error {
+	now := e.now()
+	want := e.activeNames()
+	var gone []string
+	for _, n := range slices.Sorted(maps.Keys(e.claimed)) {
+		if !slices.Contains(want, n) {
+			gone = append(gone, n)
 		}
 	}
-	if err != nil {
+	cmds := make([][]any, 0, len(want)+len(gone))
+	ms := func(v int64) string { return strconv.FormatInt(v, 10) }
+	exp, at, grace := ms(now.Add(e.grace).UnixMilli()), ms(now.UnixMilli()), ms(e.grace.Milliseconds())
+	for _, n := range want {
+		cmds = append(cmds, renewClaim.args([]string{claimKey(n)}, e.id, exp, at, grace))
+	}
+	for _, n := range gone {
+		cmds = append(cmds, []any{"ZREM", claimKey(n), e.id})
+	}
+	errs := doAll(ctx, e.rdb, cmds)
+	for i, n := range want {
+		e.claimed[n] = true // it may hold a claim, even when the command failed
+		errs[i] = retryScript(ctx, e.rdb, renewClaim, cmds[i], errs[i])
+	}
+	for i, n := range gone {
+		if errs[len(want)+i] == nil {
+			delete(e.claimed, n)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		e.claimDirty = true
-		e.did(Copies, "", ActionError, 1, "writing this executor's claim failed; retried at the next round",
+		e.did(Copies, "", ActionError, 1, "writing this executor's claims failed; retried at the next round",
 			slog.String("error", err.Error()))
 		return fmt.Errorf("mitigate: claims: %w", err)
 	}
@@ -247,15 +151,69 @@ func (e *Executor) putClaim(ctx context.Context) error {
 	return nil
 }
 
-// dropClaim removes this executor's claim (Close). A failure is logged; the claim then
-// protects the copies until it expires, and other executors delete them after that.
+// dropClaim removes this executor's claims (Close). A failure is logged; the claims then
+// protect the copies until they expire (one GracePeriod), and the periodic scan of
+// another executor, or the next Recover, deletes them after that.
 func (e *Executor) dropClaim(ctx context.Context) {
-	if err := e.rdb.Do(ctx, "HDEL", ClaimsKey, e.id).Err(); err != nil {
-		e.did(Copies, "", ActionError, 1, "removing this executor's claim at stop failed; it expires within the grace period",
-			slog.String("error", err.Error()))
-		return
+	names := slices.Sorted(maps.Keys(e.claimed))
+	cmds := make([][]any, len(names))
+	for i, n := range names {
+		cmds[i] = []any{"ZREM", claimKey(n), e.id}
 	}
-	e.claimHeld = false
+	errs := doAll(ctx, e.rdb, cmds)
+	for i, n := range names {
+		if errs[i] == nil {
+			delete(e.claimed, n)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		e.did(Copies, "", ActionError, 1, "removing this executor's claims at stop failed; they expire within the grace period",
+			slog.String("error", err.Error()))
+	}
+}
+
+// pipeliner is how the executor sends many commands in one go; *redis.Client and
+// *redis.ClusterClient have it (a cluster's pipeline is split by node). A client without
+// it gets the commands one at a time.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// doAll sends every command in cmds, pipelined when rdb can, and returns the error of
+// each (nil for those that succeeded).
+func doAll(ctx context.Context, rdb Redis, cmds [][]any) []error {
+	errs := make([]error, len(cmds))
+	if len(cmds) == 0 {
+		return errs
+	}
+	pl, ok := rdb.(pipeliner)
+	if !ok {
+		for i, c := range cmds {
+			errs[i] = rdb.Do(ctx, c...).Err()
+		}
+		return errs
+	}
+	p := pl.Pipeline()
+	sent := make([]*redis.Cmd, len(cmds))
+	for i, c := range cmds {
+		sent[i] = p.Do(ctx, c...)
+	}
+	_, _ = p.Exec(ctx) // each command's error is read below
+	for i, c := range sent {
+		errs[i] = c.Err()
+	}
+	return errs
+}
+
+// retryScript runs s again with EVAL when the pipelined EVALSHA args failed because the
+// node did not have s cached, and returns the error that is left.
+func retryScript(ctx context.Context, rdb Redis, s script, args []any, err error) error {
+	if err == nil || !isNoScript(err) {
+		return err
+	}
+	b := slices.Clone(args)
+	b[0], b[1] = "EVAL", s.src
+	return rdb.Do(ctx, b...).Err()
 }
 
 // kept counts and logs a copy left alone because another executor claims it.

@@ -17,7 +17,7 @@ func TestSweepTurnRefusedReview2(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := startStandalone(t) // b.rdb is the admin's client
-	mustDo(t, b.rdb, "ACL", "SETUSER", "hk", "on", ">pw", "~{hk:*", "~"+claimsTestKey, "~rv2:*", "+@all")
+	mustDo(t, b.rdb, "ACL", "SETUSER", "hk", "on", ">pw", "~{hk:*", "~hk:claim{hk:*", "~rv2:*", "+@all")
 	rdb := redis.NewClient(&redis.Options{Addr: b.addrs[0], Username: "hk", Password: "pw"})
 	defer rdb.Close()
 

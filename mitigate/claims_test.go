@@ -3,7 +3,7 @@ package mitigate
 import (
 	"cmp"
 	"context"
-	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -23,8 +23,9 @@ import (
 // delete copies that another, live executor uses. These tests drive two executors, A and
 // B, by hand on one 3-primary cluster with one clock.
 
-// claimsKey, spelled out: the hash is part of what operators see in Redis.
-const claimsTestKey = "{hotkeyd}claims"
+// claimsTestPrefix, spelled out: claim keys are part of what operators see in Redis and
+// write ACLs for.
+const claimsTestPrefix = "hk:claim"
 
 // claimsExec is an executor with its metrics and its log.
 type claimsExec struct {
@@ -81,8 +82,6 @@ func TestExecutorClaims(t *testing.T) {
 		{"CloseKeepsClaimed", testClaimsClose},
 		{"CrashedClaimExpires", testClaimsCrash},
 		{"Unreadable", testClaimsUnreadable},
-		{"NewerFormat", testClaimsNewerFormat},
-		{"PruneKeepsRenewed", testClaimsPruneKeepsRenewed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer cleanClaims(t, b)
@@ -91,11 +90,11 @@ func TestExecutorClaims(t *testing.T) {
 	}
 }
 
-// cleanClaims deletes the claims hash and every copy, for the next test.
+// cleanClaims deletes every claim key and copy, and SweepKey, for the next test.
 func cleanClaims(t *testing.T, b backend) {
 	t.Helper()
 	ctx := context.Background()
-	for _, k := range append(b.keys(t, "{hk:copy*"), claimsTestKey, SweepKey) {
+	for _, k := range append(append(b.keys(t, "{hk:copy*"), b.keys(t, claimsTestPrefix+"*")...), SweepKey) {
 		if err := b.rdb.Do(ctx, "DEL", k).Err(); err != nil {
 			t.Fatalf("DEL %s: %v", k, err)
 		}
@@ -110,6 +109,33 @@ func (b backend) exist(t *testing.T, when string, names []Node) {
 			t.Errorf("%s: copy %s: EXISTS %d, %v; want 1", when, n.Name, got, err)
 		}
 	}
+}
+
+// claimants returns the members of name's claim key (the ids of the executors claiming
+// it, live or expired), sorted.
+func (b backend) claimants(t *testing.T, name string) []string {
+	t.Helper()
+	ids, err := b.rdb.Do(context.Background(), "ZRANGE", claimsTestPrefix+name, 0, -1).StringSlice()
+	if err != nil {
+		t.Fatalf("ZRANGE %s: %v", claimsTestPrefix+name, err)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// claimExpiry returns the score of id in name's claim key: when its claim expires (unix
+// ms).
+func (b backend) claimExpiry(t *testing.T, name, id string) int64 {
+	t.Helper()
+	v, err := b.rdb.Do(context.Background(), "ZSCORE", claimsTestPrefix+name, id).Result()
+	if err != nil {
+		t.Fatalf("ZSCORE %s %s: %v", claimsTestPrefix+name, id, err)
+	}
+	f, err := strconv.ParseFloat(fmt.Sprint(v), 64) // RESP3: a double; RESP2: a string
+	if err != nil {
+		t.Fatalf("ZSCORE %s %s: %v", claimsTestPrefix+name, id, err)
+	}
+	return int64(f)
 }
 
 // absent fails t unless no copy in names exists.
@@ -218,7 +244,7 @@ func testClaimsFewerCopies(t *testing.T, b backend) {
 }
 
 // testClaimsClose (c): A and B enforce the same copies; B closes (a rolling deploy): A's
-// copies stay, and B's claim is gone from the hash.
+// copies stay, and B's claims are gone from every claim key.
 func testClaimsClose(t *testing.T, b backend) {
 	ctx := context.Background()
 	const key, other = "claims:c:page", "claims:c:other"
@@ -237,8 +263,15 @@ func testClaimsClose(t *testing.T, b backend) {
 	}
 	b.exist(t, "after B's Close", names)
 	b.absent(t, "B's own copies after its Close", own)
-	if got, err := b.rdb.Do(ctx, "HLEN", claimsTestKey).Int(); err != nil || got != 1 {
-		t.Errorf("HLEN %s after B's Close: got %d, %v; want 1 (A's claim only)", claimsTestKey, got, err)
+	for _, n := range names {
+		if got := b.claimants(t, n.Name); !slices.Equal(got, []string{ea.ID()}) {
+			t.Errorf("claims of %s after B's Close: %q; want A's only (%s)", n.Name, got, ea.ID())
+		}
+	}
+	for _, n := range own {
+		if got := b.claimants(t, n.Name); len(got) != 0 {
+			t.Errorf("claims of B's own copy %s after B's Close: %q; want none", n.Name, got)
+		}
 	}
 	if err := ea.Close(ctx); err != nil {
 		t.Fatalf("A Close: %v", err)
@@ -246,14 +279,23 @@ func testClaimsClose(t *testing.T, b backend) {
 	b.absent(t, "after A's Close too", names)
 }
 
-// testClaimsCrash (d): A crashes (no Close): its claim keeps its copies alive until it
-// expires, then B deletes them. A copy nobody claims that appears later (a client of a
-// crashed agent, a resharding) is deleted by B's periodic scan.
+// testClaimsCrash (d): A crashes (no Close): its claims keep its copies alive until they
+// expire, also through B's periodic scans; after that, the next periodic scan of the
+// fleet deletes them — not before, and not B's rounds between scans. The scan runs once
+// per fleet: while another executor holds SweepKey, B skips its own. A copy nobody claims
+// that appears later (a client of a crashed agent, a resharding) is deleted by a later
+// periodic scan.
 func testClaimsCrash(t *testing.T, b backend) {
 	ctx := context.Background()
 	const key, stray, grace = "claims:d:page", "claims:d:stray", claimsGrace
-	names, clock, ea, eb := claimsPair(t, b, key, 3) // A crashes: never closed
+	mustDo(t, b.rdb, "SET", key, "v")
+	names := b.names(t, key, 3, Copies)
 	strays := b.names(t, stray, 2, Copies)
+	clock := newExecClock()
+	ea := newClaimsExecutor(t, b, clock, grace) // crashes: never closed
+	// B scans every half grace period (plus up to an eighth), so that it scans while A's
+	// claims are live and soon after they expire.
+	eb := newLoggedExecutor(t, ExecutorOptions{Redis: b.rdb, GracePeriod: grace, RescanPeriod: grace / 2, Now: clock.Now})
 	defer eb.Close(ctx)
 	if err := ea.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
 		t.Fatalf("A Apply: %v", err)
@@ -264,31 +306,52 @@ func testClaimsCrash(t *testing.T, b backend) {
 	if err := eb.Recover(ctx); err != nil {
 		t.Fatalf("B Recover: %v", err)
 	}
-	b.exist(t, "after B's Recover, A's claim live", names)
-	// A dies now. Its claim runs out; B's next rounds delete its copies.
-	rounds(t, clock, grace/2, 4, nil, eb)
-	b.absent(t, "two grace periods after A crashed", names)
-	if got, err := b.rdb.Do(ctx, "HLEN", claimsTestKey).Int(); err != nil || got != 0 {
-		t.Errorf("HLEN %s after A's claim expired: got %d, %v; want 0 (pruned)", claimsTestKey, got, err)
+	b.exist(t, "after B's Recover, A's claims live", names)
+	// Both run past B's second scan, one grace period after its Recover.
+	rounds(t, clock, grace/2, 3, nil, ea, eb)
+	b.exist(t, "after B's second scan, A's claims live", names)
+	// A dies now; its claims expire one grace period after its last renewal. Until then
+	// B's periodic scans (SweepKey freed before each round: the test's clock does not
+	// move Redis's) keep them.
+	expiry := time.UnixMilli(b.claimExpiry(t, names[0].Name, ea.ID()))
+	if d := expiry.Sub(clock.Now()); d <= grace/2 || d > grace {
+		t.Fatalf("A's claim expires in %v; want in (%v, %v]", d, grace/2, grace)
 	}
+	kept := eb.count(Copies, ActionCopyKeptClaimed)
+	for clock.Now().Add(grace / 8).Before(expiry) {
+		mustDo(t, b.rdb, "DEL", SweepKey)
+		rounds(t, clock, grace/8, 1, nil, eb)
+		b.exist(t, "B's round "+clock.Now().Format(time.TimeOnly)+", before A's claims expired", names)
+	}
+	if got := eb.count(Copies, ActionCopyKeptClaimed); got < kept+3 {
+		t.Errorf("B copy_kept_claimed after its scans while A's claims were live: got %v; want ≥ %v (its scans saw them)", got, kept+3)
+	}
+	// Expired, but another executor of the fleet ran the periodic scan a moment ago: B's
+	// are skipped, and its rounds delete nothing.
+	mustDo(t, b.rdb, "SET", SweepKey, "other", "PX", "600000")
+	rounds(t, clock, grace/2, 6, nil, eb)
+	b.exist(t, "three grace periods after A's claims expired, another executor holding the scan", names)
+	// The scan's turn is free: B's next scan deletes them.
+	mustDo(t, b.rdb, "DEL", SweepKey)
+	rounds(t, clock, grace/2, 2, nil, eb)
+	b.absent(t, "after B's next periodic scan, A's claims expired", names)
 	// A copy that nobody claims appears after every scan so far.
 	for _, n := range strays {
 		mustDo(t, b.rdb, "SET", n.Name, "stale")
 	}
-	// Another executor of the fleet ran the periodic scan a moment ago: B's is skipped.
 	mustDo(t, b.rdb, "SET", SweepKey, "other", "PX", "600000")
-	rounds(t, clock, grace/2, 30, nil, eb) // 15 grace periods: past B's periodic scan (10–12.5 after Recover)
-	b.exist(t, "15 grace periods after Recover, another executor holding the scan", strays)
+	rounds(t, clock, grace/2, 4, nil, eb)
+	b.exist(t, "two grace periods later, another executor holding the scan", strays)
 	mustDo(t, b.rdb, "DEL", SweepKey)
-	rounds(t, clock, grace/2, 30, nil, eb) // past B's next periodic scan
-	b.absent(t, "30 grace periods after Recover, the scan free", strays)
+	rounds(t, clock, grace/2, 2, nil, eb)
+	b.absent(t, "after B's next periodic scan", strays)
 	b.rdb.Do(ctx, "DEL", key)
 }
 
-// testClaimsUnreadable (e): with the claims hash unreadable (here it holds a string), an
-// executor deletes no copy that needs the claims — not at Recover, not at an entry's end,
-// not at Close — and logs it; once the claims are readable again, the next round deletes
-// what is left.
+// testClaimsUnreadable (e): with the claim keys of the copies unreadable (here they hold
+// strings), an executor deletes no copy whose claims it cannot check — not at Recover,
+// not at an entry's end, not at Close — and logs it; once they are readable again, the
+// next round deletes what is left.
 func testClaimsUnreadable(t *testing.T, b backend) {
 	ctx := context.Background()
 	const key, stray = "claims:e:page", "claims:e:stray"
@@ -298,7 +361,17 @@ func testClaimsUnreadable(t *testing.T, b backend) {
 	for _, n := range strays {
 		mustDo(t, b.rdb, "SET", n.Name, "left")
 	}
-	mustDo(t, b.rdb, "SET", claimsTestKey, "not a hash")
+	spoil := func() {
+		for _, n := range append(names, strays...) {
+			mustDo(t, b.rdb, "SET", claimsTestPrefix+n.Name, "not a sorted set")
+		}
+	}
+	mend := func() {
+		for _, n := range append(names, strays...) {
+			mustDo(t, b.rdb, "DEL", claimsTestPrefix+n.Name)
+		}
+	}
+	spoil()
 	clock := newExecClock()
 	const grace = claimsGrace
 	e := newClaimsExecutor(t, b, clock, grace)
@@ -325,7 +398,7 @@ func testClaimsUnreadable(t *testing.T, b backend) {
 		t.Errorf("log: no line mentions the claims; want the failure logged")
 	}
 	// Readable again: the next round deletes what was left.
-	mustDo(t, b.rdb, "DEL", claimsTestKey)
+	mend()
 	clock.Add(grace / 2)
 	if err := e.Refresh(ctx); err != nil {
 		t.Fatalf("Refresh with the claims readable: %v", err)
@@ -336,97 +409,19 @@ func testClaimsUnreadable(t *testing.T, b backend) {
 	if err := e.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	mustDo(t, b.rdb, "DEL", claimsTestKey)
-	mustDo(t, b.rdb, "SET", claimsTestKey, "not a hash")
+	mend()
+	spoil()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_ = e.Close(cctx)
+	if err := e.Close(cctx); err == nil {
+		t.Errorf("Close with the claims unreadable: got nil; want an error")
+	}
 	b.exist(t, "after Close with the claims unreadable", names)
-	if !strings.Contains(e.log.String(), "left for") {
+	if !strings.Contains(e.log.String(), "copies left at stop") {
 		t.Errorf("log: Close did not say it left the copies; want a line saying so")
 	}
+	mend()
 	b.rdb.Do(ctx, "DEL", key)
-}
-
-// testClaimsNewerFormat: a live claim whose names this executor cannot read (a newer
-// agent's format) keeps every copy until it expires; then it is pruned.
-func testClaimsNewerFormat(t *testing.T, b backend) {
-	ctx := context.Background()
-	const stray = "claims:f:stray"
-	strays := b.names(t, stray, 2, Copies)
-	for _, n := range strays {
-		mustDo(t, b.rdb, "SET", n.Name, "left")
-	}
-	clock := newExecClock()
-	const grace = claimsGrace
-	exp := clock.Now().Add(grace).UnixMilli()
-	mustDo(t, b.rdb, "HSET", claimsTestKey, "future-agent", strconv.FormatInt(exp, 10)+" 2 something new")
-	e := newClaimsExecutor(t, b, clock, grace)
-	defer e.Close(ctx)
-	if err := e.Apply(ctx, execPlan()); err != nil {
-		t.Fatalf("Apply: %v", err)
-	}
-	if err := e.Recover(ctx); err == nil {
-		t.Errorf("Recover with a claim of an unknown format: got nil; want an error")
-	}
-	b.exist(t, "after Recover, the claim of unknown format live", strays)
-	clock.Add(grace)
-	if err := e.Refresh(ctx); err != nil {
-		t.Fatalf("Refresh after the claim expired: %v", err)
-	}
-	b.absent(t, "after the claim of unknown format expired", strays)
-	if got, err := b.rdb.Do(ctx, "HEXISTS", claimsTestKey, "future-agent").Int(); err != nil || got != 0 {
-		t.Errorf("HEXISTS future-agent after its expiry: got %d, %v; want 0 (pruned)", got, err)
-	}
-}
-
-// testClaimsPruneKeepsRenewed: pruning deletes a claim only if it still holds the value
-// read as expired; a claim renewed in between stays.
-func testClaimsPruneKeepsRenewed(t *testing.T, b backend) {
-	ctx := context.Background()
-	old := encodeClaim(time.Unix(1, 0), []string{"{hk:copy1:1}k"})
-	renewed := encodeClaim(time.Unix(1e9, 0), []string{"{hk:copy1:1}k"})
-	mustDo(t, b.rdb, "HSET", claimsTestKey, "x", renewed, "y", old)
-	got, err := pruneClaims.run(ctx, b.rdb, []string{claimsTestKey}, "x", old, "y", old).StringSlice()
-	if err != nil || !slices.Equal(got, []string{"y"}) {
-		t.Errorf("pruneClaims: got %q, %v; want [y]", got, err)
-	}
-	if v, err := b.rdb.Do(ctx, "HGET", claimsTestKey, "x").Text(); err != nil || v != renewed {
-		t.Errorf("renewed claim after pruning: got %q, %v; want it kept", v, err)
-	}
-}
-
-func TestClaimEncoding(t *testing.T) {
-	exp := time.UnixMilli(1767225600123)
-	for _, names := range [][]string{
-		nil,
-		{"{hk:copy1:5}k"},
-		{"{hk:copy1:5}a b:c", "{hk:copy2:7}line\nbreak\x00", "{hk:copy3:9}12:34", "{hk:copy4:1}"},
-	} {
-		v := encodeClaim(exp, names)
-		gotExp, got, err := decodeClaim(v)
-		if err != nil || gotExp != exp.UnixMilli() || !slices.Equal(got, names) {
-			t.Errorf("decodeClaim(encodeClaim(%q)) = %d, %q, %v; want %d, the names, nil", names, gotExp, got, err, exp.UnixMilli())
-		}
-	}
-	for _, tc := range []struct {
-		v         string
-		noExpiry  bool
-		wantError bool
-	}{
-		{"", true, true},
-		{"soon 1 ", true, true},
-		{"123", true, true},
-		{"123 2 whatever", false, true},
-		{"123 1 5:abc", false, true},
-		{"123 1 x:abc", false, true},
-		{"123 1 ", false, false},
-	} {
-		_, _, err := decodeClaim(tc.v)
-		if (err != nil) != tc.wantError || errors.Is(err, errNoExpiry) != tc.noExpiry {
-			t.Errorf("decodeClaim(%q): got %v; want error %v (no expiry %v)", tc.v, err, tc.wantError, tc.noExpiry)
-		}
-	}
 }
 
 func TestExecutorID(t *testing.T) {
@@ -450,4 +445,155 @@ func TestExecutorID(t *testing.T) {
 			t.Fatalf("next sweep in %v; want in [%v, %v)", d, e.rescanEvery, e.rescanEvery*5/4)
 		}
 	}
+}
+
+// TestClaimKey: a copy's claim key lives in the copy's slot (so one script on the copy's
+// node can check and delete), whatever hash tags the original key holds, and neither
+// ParseName nor a scan for hotkeyd's names ("{hk:*") takes it for a copy.
+func TestClaimKey(t *testing.T) {
+	for _, name := range []string{
+		"{hk:copy2:40913}score:match42",
+		"{hk:copy1:7}{user:1}profile",
+		"{hk:copy3:123456}a{b}c",
+		"{hk:copy4:9}{}",
+		"{hk:copy1:5}}{",
+		"{hk:copy12:77}",
+		"{hk:copy2:1}line\nbreak\x00{x}",
+	} {
+		ck := claimKey(name)
+		if ck != claimsTestPrefix+name {
+			t.Errorf("claimKey(%q) = %q; want %q", name, ck, claimsTestPrefix+name)
+		}
+		if got, want := Slot(ck), Slot(name); got != want {
+			t.Errorf("Slot(claimKey(%q)) = %d; want %d (the copy's slot)", name, got, want)
+		}
+		if got, want := SlotBytes([]byte(ck)), Slot(name); got != want {
+			t.Errorf("SlotBytes(claimKey(%q)) = %d; want %d (the copy's slot)", name, got, want)
+		}
+		if _, _, _, ok := ParseName(ck); ok {
+			t.Errorf("ParseName(claimKey(%q)) ok; want false: a claim key is not a copy", name)
+		}
+		if strings.HasPrefix(ck, "{") {
+			t.Errorf("claimKey(%q) = %q starts with '{'; want it outside the scans' \"{hk:*\"", name, ck)
+		}
+	}
+}
+
+// TestClaimsAtomic: checking a copy's claims and deleting it are one step. Executor A
+// retires a copy nobody claimed when its entry ended; B claims it just before A's delete
+// reaches Redis (a hook on A's client). The copy survives and A counts it kept; a claim
+// that has expired by then does not save it. Also the claim key's layout: member = id,
+// score = expiry, the key expiring two grace periods on, gone once the last claim is
+// removed.
+func TestClaimsAtomic(t *testing.T) {
+	t.Parallel()
+	for _, bk := range []struct {
+		name  string
+		start func(*testing.T) backend
+	}{{"Standalone", startStandalone}, {"Cluster", startCluster}} {
+		t.Run(bk.name, func(t *testing.T) {
+			b := bk.start(t)
+			t.Run("Layout", func(t *testing.T) { testClaimsLayout(t, b) })
+			t.Run("LiveClaimInTime", func(t *testing.T) { testClaimsAtomic(t, b, true) })
+			t.Run("ExpiredClaim", func(t *testing.T) { testClaimsAtomic(t, b, false) })
+		})
+	}
+}
+
+// testClaimsLayout: an executor's claim on each copy it uses is its id with its expiry as
+// score, in a sorted set that expires two grace periods on; its claims go when its entry
+// ends.
+func testClaimsLayout(t *testing.T, b backend) {
+	ctx := context.Background()
+	const key = "atomic:layout"
+	mustDo(t, b.rdb, "SET", key, "v")
+	defer b.rdb.Do(ctx, "DEL", key)
+	names := b.names(t, key, 2, Copies)
+	clock := newExecClock()
+	e := newLoggedExecutor(t, ExecutorOptions{Redis: b.rdb, ID: "layout-A", GracePeriod: claimsGrace, Now: clock.Now})
+	defer e.Close(ctx)
+	if err := e.Apply(ctx, execPlan(execEntry(key, Copies, Enforce, names))); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	want := clock.Now().Add(claimsGrace).UnixMilli()
+	for _, n := range names {
+		if got := b.claimants(t, n.Name); !slices.Equal(got, []string{"layout-A"}) {
+			t.Errorf("claim key of %s: members %q; want [layout-A]", n.Name, got)
+		}
+		if got := b.claimExpiry(t, n.Name, "layout-A"); got != want {
+			t.Errorf("claim key of %s: ZSCORE layout-A = %d; want %d (now + grace, unix ms)", n.Name, got, want)
+		}
+		pttl, err := b.rdb.Do(ctx, "PTTL", claimsTestPrefix+n.Name).Int64()
+		if err != nil || pttl <= claimsGrace.Milliseconds() || pttl > 2*claimsGrace.Milliseconds() {
+			t.Errorf("claim key of %s: PTTL = %d, %v; want in (%d, %d]", n.Name, pttl, err, claimsGrace.Milliseconds(), 2*claimsGrace.Milliseconds())
+		}
+	}
+	if err := e.Apply(ctx, execPlan()); err != nil {
+		t.Fatalf("Apply of an empty plan: %v", err)
+	}
+	for _, n := range names {
+		if got, err := b.rdb.Do(ctx, "EXISTS", claimsTestPrefix+n.Name).Int(); err != nil || got != 0 {
+			t.Errorf("claim key of %s after the entry ended: EXISTS %d, %v; want 0", n.Name, got, err)
+		}
+	}
+	b.absent(t, "after the entry ended", names)
+}
+
+// testClaimsAtomic: A's entry ends; just before A's delete of each copy reaches Redis, B
+// claims it, live (a real executor's Apply) or already expired (a score in the past).
+func testClaimsAtomic(t *testing.T, b backend, live bool) {
+	ctx := context.Background()
+	key := fmt.Sprintf("atomic:%v", live)
+	mustDo(t, b.rdb, "SET", key, "v")
+	defer b.rdb.Do(ctx, "DEL", key)
+	names := b.names(t, key, 2, Copies)
+	plan := execPlan(execEntry(key, Copies, Enforce, names))
+	clock := newExecClock()
+	eb := newLoggedExecutor(t, ExecutorOptions{Redis: b.rdb, ID: fmt.Sprintf("atomic-B-%v", live), GracePeriod: claimsGrace, Now: clock.Now})
+	defer eb.Close(ctx)
+	claimed := false
+	hook := func(_ context.Context, args []any) error {
+		deletes := len(args) > 3 && (isScript(args, deleteIfUnclaimed) && slices.ContainsFunc(names, func(n Node) bool { return args[3] == n.Name }) ||
+			args[0] == "DEL" && slices.ContainsFunc(names, func(n Node) bool { return args[1] == n.Name }))
+		if !deletes || claimed {
+			return nil
+		}
+		claimed = true // A has decided: nobody claimed the copies when its entry ended
+		if live {
+			if err := eb.Apply(ctx, plan); err != nil {
+				t.Errorf("B Apply: %v", err)
+			}
+			return nil
+		}
+		for _, n := range names {
+			mustDo(t, b.rdb, "ZADD", claimsTestPrefix+n.Name, clock.Now().Add(-time.Millisecond).UnixMilli(), eb.ID())
+		}
+		return nil
+	}
+	ea := newLoggedExecutor(t, ExecutorOptions{Redis: interposer{Redis: b.rdb, before: hook}, ID: fmt.Sprintf("atomic-A-%v", live),
+		GracePeriod: claimsGrace, Now: clock.Now})
+	defer ea.Close(ctx)
+	if err := ea.Apply(ctx, plan); err != nil {
+		t.Fatalf("A Apply: %v", err)
+	}
+	if err := ea.Apply(ctx, execPlan()); err != nil {
+		t.Fatalf("A Apply of an empty plan: %v", err)
+	}
+	if !claimed {
+		t.Fatalf("A's entry ended without a delete of its copies reaching Redis; want one")
+	}
+	if !live {
+		b.absent(t, "after A's entry ended, B's claims expired", names)
+		if got := ea.count(Copies, ActionCopyKeptClaimed); got != 0 {
+			t.Errorf("A copy_kept_claimed: got %v; want 0", got)
+		}
+		return
+	}
+	b.exist(t, "after A's entry ended, B claiming the copies in between", names)
+	if got := ea.count(Copies, ActionCopyKeptClaimed); got != float64(len(names)) {
+		t.Errorf("A copy_kept_claimed: got %v; want %d", got, len(names))
+	}
+	// A forgot them: its rounds leave B's copies alone.
+	rounds(t, clock, claimsGrace/2, 3, nil, ea, eb)
+	b.exist(t, "after A's and B's rounds", names)
 }

@@ -44,20 +44,28 @@ func newScript(src string) script {
 }
 
 func (s script) run(ctx context.Context, rdb Redis, keys []string, args ...any) *redis.Cmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, "EVALSHA", s.sha, strconv.Itoa(len(keys)))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
+	a := s.args(keys, args...)
 	cmd := rdb.Do(ctx, a...)
-	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	if err := cmd.Err(); err != nil && isNoScript(err) {
 		b := slices.Clone(a)
 		b[0], b[1] = "EVAL", s.src
 		cmd = rdb.Do(ctx, b...)
 	}
 	return cmd
 }
+
+// args returns the EVALSHA command that runs s on keys with args.
+func (s script) args(keys []string, args ...any) []any {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "EVALSHA", s.sha, strconv.Itoa(len(keys)))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return append(a, args...)
+}
+
+// isNoScript reports whether err says that the node does not have the script cached.
+func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
 // ExecutorOptions configure an Executor. Only Redis is required.
 type ExecutorOptions struct {
@@ -72,20 +80,21 @@ type ExecutorOptions struct {
 	// sub-counters of an entry that ended, counted from the last time it found one
 	// written: clients that have not heard of the end still use them for up to the plan's
 	// lease. It is also how long after Recover a round scans again for what clients of an
-	// earlier run created after Recover's scan, and how long this executor's claim on its
-	// copies lasts (renewed every half of it; see ID). Default: DefaultLease (60s).
+	// earlier run created after Recover's scan, and how long this executor's claims on its
+	// copies last (renewed every half of it; see ID). Default: DefaultLease (60s).
 	GracePeriod time.Duration
 	// ID names this executor among all those on the same Redis (one agent per app pod,
-	// every agent on one cluster). Its claim — the copy names it uses, in the hash
-	// ClaimsKey under this field — keeps other executors from deleting those copies, and
-	// it leaves alone the copies that other live claims list. It must differ between
-	// executors that run at the same time. The Redis user needs access to ClaimsKey
-	// (HGETALL, HSET, HDEL, EVALSHA): an executor that cannot read the claims deletes no
-	// copy (fail safe); and to SweepKey (SET), without which every executor runs the
-	// periodic scan itself, logging an error each time. Claims last one GracePeriod and
-	// are renewed at the first round after half of it, so RefreshPeriod must stay well
-	// below GracePeriod/2 (the defaults: 1s and 60s). Default: 16 random hex digits, made
-	// by NewExecutor.
+	// every agent on one cluster). Its claims — this ID as a member of the claim key
+	// "hk:claim" + name of each copy name it uses, a sorted set in the copy's slot — keep
+	// other executors from deleting those copies, and it deletes no copy that another
+	// live executor claims. It must differ between executors that run at the same time.
+	// The Redis user needs the key patterns "{hk:*" and "hk:claim{hk:*" (ZADD, ZREM,
+	// ZRANGE, ZREMRANGEBYSCORE, PEXPIRE, DEL, through EVALSHA and EVAL): an executor
+	// that cannot check a copy's claims does not delete it (fail safe); and SweepKey
+	// (SET), without which every executor runs the periodic scan itself, logging an error
+	// each time. Claims last one GracePeriod and are renewed at the first round after
+	// half of it, so RefreshPeriod must stay well below GracePeriod/2 (the defaults: 1s
+	// and 60s). Default: 16 random hex digits, made by NewExecutor.
 	ID string
 	// RescanPeriod is how often a round scans every primary for copies that neither this
 	// executor nor any live claim uses (left by an executor that crashed, or written by a
@@ -109,7 +118,7 @@ const DefaultRefreshPeriod = time.Second
 const (
 	ActionCopyWrite       = "copy_write"        // copies written from the original when an entry starts or its names change
 	ActionCopyRefresh     = "copy_refresh"      // a copy rewritten by the periodic refresh
-	ActionCopyDelete      = "copy_delete"       // a copy deleted (entry ended, names changed, original gone, left by an earlier run, claim expired)
+	ActionCopyDelete      = "copy_delete"       // a copy deleted (entry ended, names changed, original gone, left by an earlier run, claimed by nobody)
 	ActionCopyKeptClaimed = "copy_kept_claimed" // a copy not deleted (nor retired further) because another live executor claims it
 	ActionCounterFold     = "counter_fold"      // a sub-counter's value moved into its key
 	ActionCounterRecover  = "counter_recover"   // an unfinished fold (a crash) completed
@@ -131,12 +140,12 @@ var errClosed = errors.New("mitigate: executor closed")
 // Several executors may share one Redis (one agent per app pod): each claims the copies
 // it uses (ExecutorOptions.ID, claims.go), and none deletes a copy that another live
 // executor claims — not when its own entry ends, not in Recover's scans, not at Close.
-// If the claims cannot be read, it deletes no copy that round.
+// A copy whose claims cannot be checked is not deleted; the next round tries again.
 type Executor struct {
 	rdb     Redis
 	refresh time.Duration
 	grace   time.Duration
-	id      string // this executor's field in ClaimsKey
+	id      string // this executor's member in the claim keys of its copies
 	now     func() time.Time
 	log     *slog.Logger
 	actions *prometheus.CounterVec // nil without a registry
@@ -167,21 +176,19 @@ type Executor struct {
 
 	// Claims (claims.go).
 	rescanEvery time.Duration
-	rng         *rand.Rand // jitter of sweep; seeded by id
-	sweep       time.Time  // when a round scans for unclaimed copies next (zero: not scheduled yet)
-	view        *claimView // the claims read in the current step; nil until read (reset by each step)
-	claimNext   time.Time  // when the claim is renewed next
-	claimDirty  bool       // the copies in use changed (or the last write failed): write the claim at once
-	claimHeld   bool       // this executor's field may be in ClaimsKey
+	rng         *rand.Rand      // jitter of sweep; seeded by id
+	sweep       time.Time       // when a round scans for unclaimed copies next (zero: not scheduled yet)
+	claimNext   time.Time       // when the claims are renewed next
+	claimDirty  bool            // the copies in use changed (or the last write failed): write the claims at once
+	claimed     map[string]bool // copy names whose claim key may hold this executor's id
 }
 
 // ended is a copy or sub-counter of an entry that ended.
 type ended struct {
 	key   string
 	quiet time.Time // since when it has been found empty
-	// why is set for a copy retired before its first deletion (the claims could not be
-	// read, or it was taken over from an expired claim): the reason its first deletion
-	// logs.
+	// why is set for a copy retired before its first deletion (its claims could not be
+	// checked): the reason its first deletion logs.
 	why string
 }
 
@@ -221,6 +228,7 @@ func NewExecutor(o ExecutorOptions) (*Executor, error) {
 		retiring:   make(map[string]ended),
 		draining:   make(map[string]ended),
 		unfinished: make(map[string]string),
+		claimed:    make(map[string]bool),
 	}
 	if e.now == nil {
 		e.now = time.Now
@@ -242,7 +250,7 @@ func NewExecutor(o ExecutorOptions) (*Executor, error) {
 	return e, nil
 }
 
-// ID returns the executor's id: its field in ClaimsKey.
+// ID returns the executor's id: its member in the claim keys of the copies it uses.
 func (e *Executor) ID() string { return e.id }
 
 func cmp0(d, def time.Duration) time.Duration {
@@ -288,7 +296,6 @@ func (e *Executor) Apply(ctx context.Context, p Plan) error {
 	if e.closed {
 		return errClosed
 	}
-	e.view = nil
 	return e.apply(ctx, p)
 }
 
@@ -357,8 +364,8 @@ func (e *Executor) apply(ctx context.Context, p Plan) error {
 		starts = append(starts, key)
 		e.claimDirty = true
 	}
-	// The claim first: another executor that reads it from now on leaves the new copies
-	// alone.
+	// The claims first: from now on another executor leaves the new copies alone, and
+	// no longer the names this one stopped using.
 	if e.claimDirty {
 		errs = append(errs, e.putClaim(ctx))
 	}
@@ -398,31 +405,60 @@ func (e *Executor) apply(ctx context.Context, p Plan) error {
 }
 
 // retireCopies deletes copies of key now and keeps deleting them for the grace period,
-// except those another live executor claims: those it leaves alone and forgets. When the
-// claims cannot be read it deletes none, and retires them all, so that the next round
+// except those another live executor claims: those it leaves alone and forgets. A copy
+// whose claims cannot be checked is not deleted: it stays retired, and the next round
 // tries again.
 func (e *Executor) retireCopies(ctx context.Context, key string, names []string, reason string) error {
 	now := e.now()
-	owner, err := e.claims(ctx)
-	if err != nil {
-		for _, c := range names {
-			e.retiring[c] = ended{key: key, quiet: now, why: reason + " (deleted once the claims could be read)"}
-		}
-		return err
-	}
-	var del []string
+	deleted := 0
+	var errs []error
 	for _, c := range names {
-		if id, ok := owner[c]; ok {
+		owner, n, err := e.deleteUnclaimed(ctx, c)
+		switch {
+		case err != nil:
+			e.retiring[c] = ended{key: key, quiet: now, why: reason + " (deleted once its claims could be checked)"}
+			errs = append(errs, err)
+		case owner != "":
 			delete(e.retiring, c)
-			e.kept(key, c, id, reason)
-			continue
+			e.kept(key, c, owner, reason)
+		default:
+			e.retiring[c] = ended{key: key, quiet: now}
+			deleted += n
 		}
-		e.retiring[c] = ended{key: key, quiet: now}
-		del = append(del, c)
 	}
-	n, err := deleteKeys(ctx, e.rdb, del)
-	e.did(Copies, key, ActionCopyDelete, n, reason)
-	return e.failed(Copies, key, err)
+	e.did(Copies, key, ActionCopyDelete, deleted, reason)
+	return e.failed(Copies, key, errors.Join(errs...))
+}
+
+// retireAgain deletes retired copy c again (a round), unless another live executor
+// claims it: then it is forgotten. It is forgotten too once it has been found absent for
+// the grace period. When its claims cannot be checked it stays retired, its quiet time
+// reset, and the next round tries again.
+func (e *Executor) retireAgain(ctx context.Context, c string, now time.Time) error {
+	r := e.retiring[c]
+	owner, n, err := e.deleteUnclaimed(ctx, c)
+	if owner != "" {
+		delete(e.retiring, c)
+		e.kept(r.key, c, owner, "retired copy")
+		return nil
+	}
+	why := "retired copy written again (a client had not heard the entry ended)"
+	if r.why != "" {
+		why = r.why
+	}
+	e.did(Copies, r.key, ActionCopyDelete, n, why)
+	if err == nil {
+		r.why = ""
+	}
+	switch {
+	case n > 0 || err != nil:
+		r.quiet = now
+	case now.Sub(r.quiet) >= e.grace:
+		delete(e.retiring, c)
+		return nil
+	}
+	e.retiring[c] = r
+	return e.failed(Copies, r.key, err)
 }
 
 // fold folds sub-counter sub into key, counting and logging what it did; it resets the
@@ -453,32 +489,26 @@ func (e *Executor) fold(ctx context.Context, key, sub, reason string) error {
 // copies of an original that no longer exists), deletes retired copies again, folds the
 // sub-counters of ended entries again, forgetting those quiet for the grace period, folds
 // again every sub-counter whose last fold failed, and, one grace period after Recover,
-// scans for leftovers once more. Every half grace period it renews the executor's claim
-// and reads the others' (pruning expired ones and retiring their copies), and every
-// RescanPeriod it scans for copies nobody claims. Retired copies that another live
-// executor claims are forgotten, not deleted. Run calls it every RefreshPeriod.
+// scans for leftovers once more. Every half grace period it renews the executor's
+// claims, and every RescanPeriod it scans for copies nobody claims (one executor of the
+// fleet per RescanPeriod, SweepKey). Retired copies that another live executor claims
+// are forgotten, not deleted. Run calls it every RefreshPeriod.
 func (e *Executor) Refresh(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return errClosed
 	}
-	e.view = nil
 	return e.round(ctx)
 }
 
 func (e *Executor) round(ctx context.Context) error {
 	var errs []error
 	now := e.now()
-	// The claim: written when the copies in use changed or a write failed, renewed every
-	// half grace period; the claims are read as often, so that expired ones are pruned
-	// (and their copies retired) even by an executor that has nothing else to delete.
-	claimsRead := false
+	// The claims: written when the copies in use changed or a write failed, renewed every
+	// half grace period.
 	if e.claimDirty || !now.Before(e.claimNext) {
 		errs = append(errs, e.putClaim(ctx))
-		_, err := e.claims(ctx)
-		errs = append(errs, err)
-		claimsRead = true
 	}
 	for _, key := range slices.Sorted(maps.Keys(e.copies)) {
 		res, err := writeCopies(ctx, e.rdb, key, e.copies[key])
@@ -486,44 +516,8 @@ func (e *Executor) round(ctx context.Context) error {
 		e.did(Copies, key, ActionCopyDelete, res.deleted, "original does not exist")
 		errs = append(errs, e.failed(Copies, key, err))
 	}
-	var owner map[string]string
-	var claimErr error
-	if len(e.retiring) > 0 {
-		if owner, claimErr = e.claims(ctx); !claimsRead {
-			errs = append(errs, claimErr)
-		}
-	}
 	for _, c := range slices.Sorted(maps.Keys(e.retiring)) {
-		r := e.retiring[c]
-		if claimErr != nil {
-			// Claims unreadable: keep it retired, delete it once they can be read.
-			r.quiet = now
-			e.retiring[c] = r
-			continue
-		}
-		if id, ok := owner[c]; ok {
-			delete(e.retiring, c)
-			e.kept(r.key, c, id, "retired copy")
-			continue
-		}
-		n, err := deleteKeys(ctx, e.rdb, []string{c})
-		why := "retired copy written again (a client had not heard the entry ended)"
-		if r.why != "" {
-			why = r.why
-		}
-		e.did(Copies, r.key, ActionCopyDelete, n, why)
-		errs = append(errs, e.failed(Copies, r.key, err))
-		if err == nil {
-			r.why = ""
-			e.retiring[c] = r
-		}
-		switch {
-		case n > 0 || err != nil:
-			r.quiet = now
-			e.retiring[c] = r
-		case now.Sub(r.quiet) >= e.grace:
-			delete(e.retiring, c)
-		}
+		errs = append(errs, e.retireAgain(ctx, c, now))
 	}
 	for _, s := range slices.Sorted(maps.Keys(e.draining)) {
 		d := e.draining[s]
@@ -595,7 +589,6 @@ func (e *Executor) Recover(ctx context.Context) error {
 	if e.closed {
 		return errClosed
 	}
-	e.view = nil
 	now := e.now()
 	e.rescan = now.Add(e.grace)
 	e.sweep = e.nextSweep(now)
@@ -607,7 +600,7 @@ func (e *Executor) Recover(ctx context.Context) error {
 // copies); reason says why what it finds is there. Copies that another live executor
 // claims are left alone. scanned reports whether the scan itself went through: what it
 // found and could not clean up now is retried by the rounds (copies stay retired, failed
-// folds unfinished, also when the claims cannot be read), so only a failed scan needs
+// folds unfinished, also when their claims cannot be checked), so only a failed scan needs
 // scanning again.
 func (e *Executor) scanLeftovers(ctx context.Context, reason string, copiesOnly bool) (scanned bool, err error) {
 	patterns := []string{"{" + copyTag + "*", "{" + subTag + "*", "{hk:t*}stash:*", "{hk:t*}subs:*"}
@@ -725,12 +718,13 @@ func (e *Executor) Run(ctx context.Context) error {
 	}
 }
 
-// Close stops Run, removes the executor's claim, then deletes every copy that no other
-// live executor claims (none if the claims cannot be read: that is logged, and the
-// periodic scans of other executors delete them later) and folds every sub-counter,
-// active or ended, and returns when that is done (or ctx ends). A failed step is retried a few times; the
-// error is returned if it still fails, and calling Close again retries what is left.
-// After Close, Apply, Refresh and Recover return an error.
+// Close stops Run, removes the executor's claims, then deletes every copy that no other
+// live executor claims (none whose claims cannot be checked) and folds every sub-counter,
+// active or ended, and returns when that is done (or ctx ends). A failed step is retried
+// a few times; the error is returned if it still fails, the copies left are logged (the
+// periodic scan of another executor, or the next run's Recover, deletes them), and calling
+// Close again retries what is left. After Close, Apply, Refresh and Recover return an
+// error.
 func (e *Executor) Close(ctx context.Context) error {
 	e.stopOnce.Do(func() { close(e.stop) })
 	e.mu.Lock()
@@ -757,31 +751,33 @@ func (e *Executor) Close(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			e.leftAtStop(ctx, err)
 			return errors.Join(err, ctx.Err())
 		case <-time.After(100 * time.Millisecond << attempt):
 		}
 	}
+	e.leftAtStop(ctx, err)
 	return err
 }
 
+// leftAtStop logs how many copies Close leaves in Redis after its attempts failed with
+// err (their claims could not be checked, or their deletion failed).
+func (e *Executor) leftAtStop(ctx context.Context, err error) {
+	n := len(e.retiring)
+	for _, ns := range e.copies {
+		n += len(minus(ns, slices.Collect(maps.Keys(e.retiring))))
+	}
+	if n > 0 {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "copies left at stop for the periodic scans of other executors (or the next run's Recover)",
+			slog.Int("count", n), slog.String("error", err.Error()))
+	}
+}
+
 // cleanUp deletes every copy no other live executor claims and folds every sub-counter,
-// forgetting those done. When the claims cannot be read it deletes no copy: it logs how
-// many it leaves for the periodic scans of other executors (or the next run's Recover).
+// forgetting those done. A copy whose claims cannot be checked is not deleted; it stays
+// for the next attempt.
 func (e *Executor) cleanUp(ctx context.Context) error {
 	var errs []error
-	e.view = nil
-	if len(e.copies)+len(e.retiring) > 0 {
-		if _, err := e.claims(ctx); err != nil {
-			n := len(e.retiring)
-			for _, ns := range e.copies {
-				n += len(ns)
-			}
-			e.log.LogAttrs(ctx, slog.LevelWarn, "claims unreadable at stop: copies left for the scans of other executors",
-				slog.Int("count", n), slog.String("error", err.Error()))
-			clear(e.copies)
-			clear(e.retiring)
-		}
-	}
 	for _, key := range slices.Sorted(maps.Keys(e.copies)) {
 		if err := e.retireCopies(ctx, key, e.copies[key], "agent stopping"); err != nil {
 			errs = append(errs, err)

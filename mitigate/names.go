@@ -14,7 +14,8 @@ import (
 // counter "{hk:sub<i>:<salt>}<key>", for example "{hk:copy2:40913}score:match42". The
 // hash tag comes first, so Redis hashes only "hk:copy2:40913" — whatever tag the key
 // carries after it is ignored — and the whole original key follows verbatim, so SCAN
-// MATCH "{hk:*" finds every key hotkeyd made and an operator reads off which key it copies.
+// MATCH "{hk:*" finds every copy and sub-counter hotkeyd made (not the claim keys of copies,
+// "hk:claim" + name, claims.go) and an operator reads off which key it copies.
 //
 // The salt is the first number, counting up from one derived from the key (FNV-1a), whose
 // slot the intended primary owns. The intended primaries are ranked by rendezvous hashing
