@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,7 +77,7 @@ func OpenFile(path string, o FileOptions) (*FileStore, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("registry: %s: want {\"version\":N,\"events\":[…]}: %v", path, err)
+		return nil, fmt.Errorf("registry: %s: want {\"version\":N,\"events\":[…]}: %s", path, docError(err, len(data)))
 	}
 	end := dec.InputOffset()
 	if _, err := dec.Token(); err != io.EOF {
@@ -97,6 +98,25 @@ func OpenFile(path string, o FileOptions) (*FileStore, error) {
 	}
 	s.mem.version = doc.Version
 	return s, nil
+}
+
+// docError says where an encoding/json error in a document of size bytes is: at which
+// byte, and in which field when it is in one.
+func docError(err error, size int) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("invalid JSON at byte %d: %v", syn.Offset, syn)
+	case errors.As(err, &typ) && typ.Field == "":
+		return fmt.Sprintf("got a JSON %s at byte %d", typ.Value, typ.Offset)
+	case errors.As(err, &typ):
+		want := map[string]string{"version": "a whole number, 0 or more", "events": "an array of events"}[typ.Field]
+		return fmt.Sprintf("field %s: got a JSON %s at byte %d; want %s", typ.Field, typ.Value, typ.Offset, cmp.Or(want, typ.Type.String()))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Sprintf("the document is cut short at byte %d", size)
+	}
+	return err.Error() // json: unknown field "…"
 }
 
 // Path returns the document's path.

@@ -185,13 +185,17 @@ func (c *apiClient) do(ctx context.Context, method, u string, body []byte, out a
 		var e struct {
 			Error string `json:"error"`
 		}
+		// Any server's words: no escape sequence in them reaches the terminal.
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s %s: %s", method, u, e.Error)
+			return fmt.Errorf("%s %s: %s", method, u, escapeControls(e.Error))
 		}
-		return fmt.Errorf("%s %s: %s", method, u, resp.Status)
+		return fmt.Errorf("%s %s: %s", method, u, escapeControls(resp.Status))
 	}
 	if out == nil {
 		return nil
 	}
-	return json.Unmarshal(b, out)
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%s %s: bad reply: %w", method, u, err)
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/hotkeyd/hotkeyd/agent"
 )
@@ -101,25 +102,7 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if out != nil {
 			cols, rows, tty = termSize(out)
 		}
-		switch {
-		case tty:
-			frame.WriteString("\x1b[H\x1b[2J") // home, clear
-		case !first:
-			frame.WriteString("\n") // plain frames one after another, for a file or a pager
-		}
-		if err != nil {
-			fmt.Fprintf(&frame, "hotkeyd top — %s\n\n%s\n\nretrying every %v; q to quit\n", *addr, escapeControls(err.Error()), *interval)
-		} else {
-			if keys := rows - 5; tty && keys >= 1 && len(reply.Keys) > keys {
-				// The frame must fit, or the terminal scrolls the header away.
-				hidden := len(reply.Keys) - (keys - 1)
-				reply.Keys = reply.Keys[:keys-1]
-				renderTop(&frame, reply, *addr, time.Now(), cols)
-				fmt.Fprintf(&frame, "%s\n", truncateCells(fmt.Sprintf("(%d more below; a taller terminal shows them)", hidden), cols))
-			} else {
-				renderTop(&frame, reply, *addr, time.Now(), cols)
-			}
-		}
+		writeFrame(&frame, reply, err, *addr, *interval, time.Now(), cols, rows, tty, first)
 		_, _ = stdout.Write(frame.Bytes())
 		select {
 		case <-ctx.Done():
@@ -127,6 +110,47 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return nil
 		case <-t.C:
 		}
+	}
+}
+
+// writeFrame writes one frame of the live view to frame: reply's keys, or err when the
+// request failed. On a terminal (tty) of cols×rows cells (0: unknown) it first clears the
+// screen, and the frame fits: no line is wider than cols, and there are at most rows
+// lines, the last without its line end, so that the terminal never scrolls the header
+// away. Elsewhere frames follow one another, after a blank line but the first.
+func writeFrame(frame *bytes.Buffer, reply *agent.TopK, err error, addr string, interval time.Duration, now time.Time, cols, rows int, tty, first bool) {
+	switch {
+	case tty:
+		frame.WriteString("\x1b[H\x1b[2J") // home, clear
+	case !first:
+		frame.WriteString("\n") // plain frames one after another, for a file or a pager
+	}
+	var text bytes.Buffer
+	switch keys := rows - 5; {
+	case err != nil:
+		fmt.Fprintf(&text, "hotkeyd top — %s\n\n%s\n\nretrying every %v; q to quit\n", addr, escapeControls(err.Error()), interval)
+	case tty && keys >= 1 && len(reply.Keys) > keys:
+		// Show as many keys as fit, and say how many do not.
+		hidden := len(reply.Keys) - (keys - 1)
+		reply.Keys = reply.Keys[:keys-1]
+		renderTop(&text, reply, addr, now, cols)
+		fmt.Fprintf(&text, "(%d more below; a taller terminal shows them)\n", hidden)
+	default:
+		renderTop(&text, reply, addr, now, cols)
+	}
+	if !tty {
+		frame.Write(text.Bytes())
+		return
+	}
+	rest := text.String()
+	for i := 0; rest != ""; i++ {
+		line, after, nl := strings.Cut(rest, "\n")
+		frame.WriteString(truncateCells(line, cols))
+		if !nl || i == rows-1 {
+			return
+		}
+		frame.WriteByte('\n')
+		rest = after
 	}
 }
 
@@ -217,30 +241,36 @@ func renderTop(w io.Writer, r *agent.TopK, addr string, now time.Time, cols int)
 	}
 }
 
-// displayKey returns the key as it can be shown on a terminal: as is when every character
-// is printable, else quoted with Go escapes, so that no control character or escape
-// sequence in a key reaches the terminal.
+// displayKey returns the key as it can be shown on a terminal: as is when it is UTF-8 and
+// every character is printable, else quoted with Go escapes, so that no control
+// character, escape sequence or byte that is not UTF-8 in a key reaches the terminal.
 func displayKey(key string) string {
-	if strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+	if !utf8.ValidString(key) || strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return strconv.Quote(key)
 	}
 	return key
 }
 
 // escapeControls replaces every character that is not printable (or a newline) by its Go
-// escape, for text from elsewhere, such as an error that quotes a server's reply.
+// escape, and every byte that is not UTF-8 by \xNN, for text from elsewhere, such as an
+// error that quotes a server's reply.
 func escapeControls(s string) string {
-	if strings.IndexFunc(s, func(r rune) bool { return r != '\n' && !unicode.IsPrint(r) }) < 0 {
+	if utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return r != '\n' && !unicode.IsPrint(r) }) < 0 {
 		return s
 	}
 	var b strings.Builder
-	for _, r := range s {
-		if r == '\n' || unicode.IsPrint(r) {
-			b.WriteRune(r)
-		} else {
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case r == '\n' || unicode.IsPrint(r):
+			b.WriteString(s[:size])
+		default:
 			q := strconv.QuoteRune(r)
 			b.WriteString(q[1 : len(q)-1])
 		}
+		s = s[size:]
 	}
 	return b.String()
 }
