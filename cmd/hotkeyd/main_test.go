@@ -211,3 +211,27 @@ func TestRegistryHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistryListEscapes: an event's name is anyone's text; `registry list` shows it
+// with its control characters escaped, so no escape sequence reaches the terminal and a
+// tab or newline in it does not break the table.
+func TestRegistryListEscapes(t *testing.T) {
+	a := agenttest.Run(t, agent.Options{})
+	ctx := context.Background()
+	addr := "http://" + a.HTTPAddr().String()
+	name := "sale\x1b[2J\tnoon\nday\u0085"
+	if _, _, err := runCmd(t, ctx, "registry", "add", "--addr", addr, "--id", "esc", "--name", name, "--pattern", "sku:*",
+		"--start", "2026-12-01T12:00:00Z", "--end", "2026-12-01T13:00:00Z"); err != nil {
+		t.Fatalf("add: %v", err)
+	}
+	out, _, err := runCmd(t, ctx, "registry", "list", "--addr", addr)
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if strings.ContainsAny(out, "\x1b\t\u0085") || strings.Count(out, "\n") != 2 {
+		t.Errorf("list printed control characters or extra lines:\n%q", out)
+	}
+	if want := `sale\x1b[2J\tnoon\nday\u0085`; !strings.Contains(out, want) {
+		t.Errorf("list:\n%s\nwant the name shown as %s", out, want)
+	}
+}

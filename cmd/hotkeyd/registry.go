@@ -97,7 +97,11 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tNAME\tPATTERNS\tSTART\tEND\tLEAD\tRECURRENCE\tEXPECTED READ/s")
 		for _, e := range reply.Events {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Name, strings.Join(e.Patterns, ","), e.Start, e.End, e.Lead, e.Recurrence, human(e.ExpectedReadRate))
+			// The server's strings, escaped: no control character reaches the terminal or
+			// breaks the table's columns.
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableCell(e.ID), tableCell(e.Name),
+				tableCell(strings.Join(e.Patterns, ",")), tableCell(e.Start), tableCell(e.End),
+				tableCell(e.Lead), tableCell(e.Recurrence), human(e.ExpectedReadRate))
 		}
 		return tw.Flush()
 	case "show", "rm":
@@ -160,6 +164,10 @@ type apiClient struct {
 	http  *http.Client
 	token string
 }
+
+// tableCell returns s as one cell of a table on a terminal: every character that is not
+// printable, the newline too, as its Go escape.
+func tableCell(s string) string { return strings.ReplaceAll(escapeControls(s), "\n", `\n`) }
 
 func (c *apiClient) do(ctx context.Context, method, u string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
