@@ -12,10 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/internal/jsontext"
 	"github.com/hotkeyd/hotkeyd/mitigate"
 	"github.com/redis/go-redis/v9"
 )
@@ -341,8 +341,8 @@ func (a *Agent) overrides(w http.ResponseWriter, r *http.Request) {
 		} else if err == nil {
 			// Nor can it name a key holding half a surrogate pair: encoding/json reads the
 			// escape as U+FFFD too.
-			if at := loneSurrogate(body); at >= 0 {
-				err = fmt.Errorf("%s at byte %d is half of a UTF-16 surrogate pair, which names no character: the override would apply to another key", body[at:at+6], at)
+			if at := jsontext.LoneSurrogate(body); at >= 0 {
+				err = fmt.Errorf("%w: the override would apply to another key", jsontext.LoneSurrogateError(body, at))
 			}
 		}
 		dec := json.NewDecoder(bytes.NewReader(body))
@@ -403,42 +403,6 @@ func (a *Agent) applyOverride(req overrideRequest) error {
 		return a.planner.Forbid(req.Key, kind)
 	}
 	return fmt.Errorf("action: %q is not allowed; use pin or forbid", req.Action)
-}
-
-// loneSurrogate returns the offset of the first \u escape in a JSON text that is half of
-// a UTF-16 surrogate pair without its other half, or -1 when there is none. Backslashes
-// stand only in strings in JSON, so the text need not be parsed.
-func loneSurrogate(b []byte) int {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			continue
-		}
-		r, ok := hexEscape(b[i:])
-		switch {
-		case !ok:
-			i++ // another escape: skip the escaped character
-		case !utf16.IsSurrogate(r):
-			i += 5
-		case r < 0xDC00: // high half: the low one must follow
-			if r2, ok := hexEscape(b[i+6:]); ok && r2 >= 0xDC00 && r2 <= 0xDFFF {
-				i += 11
-				continue
-			}
-			return i
-		default:
-			return i
-		}
-	}
-	return -1
-}
-
-// hexEscape decodes the \uXXXX escape b starts with.
-func hexEscape(b []byte) (rune, bool) {
-	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(string(b[2:6]), 16, 16)
-	return rune(v), err == nil
 }
 
 func isKind(k mitigate.Kind) bool {

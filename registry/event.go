@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hotkeyd/hotkeyd/internal/jsontext"
 	"github.com/hotkeyd/hotkeyd/mitigate"
 )
 
@@ -162,6 +163,10 @@ func DecodeEvent(data []byte) (Event, error) { return decodeEvent(data, MaxEvent
 func decodeEvent(data []byte, limit int) (Event, error) {
 	if limit > 0 && len(data) > limit {
 		return Event{}, invalid("", "", "document is %d bytes: at most %d allowed", len(data), limit)
+	}
+	if at := jsontext.LoneSurrogate(data); at >= 0 {
+		// encoding/json would read it as U+FFFD: a pattern would name other keys.
+		return Event{}, invalid("", "", "%v: write the character itself, or both halves", jsontext.LoneSurrogateError(data, at))
 	}
 	var w wireEvent
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -297,5 +298,20 @@ func TestValidateListsBothMissingTimes(t *testing.T) {
 	}
 	if want := []string{"start", "end"}; !slices.Equal(got, want) {
 		t.Errorf("fields %q (%v); want %q", got, inv, want)
+	}
+}
+
+// TestDecodeEventLoneSurrogate: encoding/json reads an escaped half of a surrogate pair
+// as U+FFFD, so a pattern spelled with one would name other keys; it is refused with
+// where it is. A whole pair is the character it spells.
+func TestDecodeEventLoneSurrogate(t *testing.T) {
+	const doc = `{"id":"ev1","patterns":["k:%s"],"start":"2026-03-01T19:30:00+01:00","end":"2026-03-01T21:30:00+01:00"}`
+	if _, err := DecodeEvent([]byte(fmt.Sprintf(doc, `\ud800`))); err == nil ||
+		!strings.Contains(err.Error(), `\ud800 at byte 27 is half of a UTF-16 surrogate pair`) {
+		t.Errorf("pattern with a lone surrogate: %v; want it refused, naming the escape and byte 27", err)
+	}
+	e, err := DecodeEvent([]byte(fmt.Sprintf(doc, `\ud83d\ude00`)))
+	if err != nil || len(e.Patterns) != 1 || e.Patterns[0] != "k:😀" {
+		t.Errorf("pattern with a pair: %+v, %v; want k:😀", e.Patterns, err)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/hotkeyd/hotkeyd/internal/jsontext"
 )
 
 // ErrTooLarge is wrapped by the errors of a report, body or key over its limit, so that a
@@ -318,8 +320,9 @@ func (d *jsonDecoder) token(at string) (json.Token, error) {
 }
 
 // value reads the value of the field at, which must not be null. A string must be valid
-// UTF-8 as sent: encoding/json would turn each bad byte into U+FFFD, so that different
-// binary keys would be counted as one.
+// UTF-8 as sent, with no half of a surrogate pair escaped alone: encoding/json would turn
+// each bad byte, and each such escape, into U+FFFD, so that different binary keys would
+// be counted as one.
 func (d *jsonDecoder) value(at string) (json.Token, error) {
 	start := d.dec.InputOffset()
 	tok, err := d.token(at)
@@ -329,8 +332,15 @@ func (d *jsonDecoder) value(at string) (json.Token, error) {
 	if tok == nil {
 		return nil, fmt.Errorf("%s: null is not allowed; leave the field out for its default", at)
 	}
-	if _, ok := tok.(string); ok && !utf8.Valid(d.body[start:d.dec.InputOffset()]) {
-		return nil, fmt.Errorf("%s: the string is not valid UTF-8; JSON text must be UTF-8 (send a binary key as key_b64)", at)
+	if _, ok := tok.(string); ok {
+		raw := d.body[start:d.dec.InputOffset()]
+		if !utf8.Valid(raw) {
+			return nil, fmt.Errorf("%s: the string is not valid UTF-8; JSON text must be UTF-8 (send a binary key as key_b64)", at)
+		}
+		if i := jsontext.LoneSurrogate(raw); i >= 0 {
+			// encoding/json would read it as U+FFFD, as it does a bad byte.
+			return nil, fmt.Errorf("%s: %w (send a binary key as key_b64)", at, jsontext.LoneSurrogateError(d.body, int(start)+i))
+		}
 	}
 	return tok, nil
 }

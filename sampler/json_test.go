@@ -302,8 +302,8 @@ func FuzzDecodeJSONReport(f *testing.F) {
 }
 
 // TestDecodeJSONReportRejectsMangledKeys checks bodies whose keys encoding/json would
-// silently change: bytes that are not UTF-8 (each becomes U+FFFD, so different binary keys
-// would be counted as one) and base64 with line breaks, which RFC 4648 §4 does not allow.
+// silently change: bytes that are not UTF-8 and escapes of half a surrogate pair (each
+// becomes U+FFFD, so different binary keys would be counted as one) and base64 with line breaks, which RFC 4648 §4 does not allow.
 func TestDecodeJSONReportRejectsMangledKeys(t *testing.T) {
 	tests := []struct {
 		name, body, want string
@@ -312,6 +312,8 @@ func TestDecodeJSONReportRejectsMangledKeys(t *testing.T) {
 			`samples[1].key: the string is not valid UTF-8; JSON text must be UTF-8 (send a binary key as key_b64)`},
 		{"source not utf8", "{\"source\":\"a\xff\",\"samples\":[]}",
 			`source: the string is not valid UTF-8; JSON text must be UTF-8 (send a binary key as key_b64)`},
+		{"key lone surrogate", `{"source":"a","samples":[{"key":"\ud83d\ude00","op":"read"},{"key":"id:\ud800","op":"read"}]}`,
+			`samples[1].key: \ud800 at byte 71 is half of a UTF-16 surrogate pair, which names no character (send a binary key as key_b64)`},
 		{"base64 newline", `{"source":"a","samples":[{"key_b64":"YQ\n==","op":"read"}]}`,
 			`samples[0].key_b64: not standard base64 (RFC 4648, with padding): line break at byte 2`},
 		{"base64 carriage return", `{"source":"a","samples":[{"key_b64":"\rYQ==","op":"read"}]}`,
