@@ -96,11 +96,12 @@ type ExecutorOptions struct {
 	// half of it, so RefreshPeriod must stay well below GracePeriod/2 (the defaults: 1s
 	// and 60s). Default: 16 random hex digits, made by NewExecutor.
 	ID string
-	// RescanPeriod is how often a round scans every primary for copies that neither this
-	// executor nor any live claim uses (left by an executor that crashed, or written by a
-	// client after every earlier scan) and deletes them; each wait is RescanPeriod plus
-	// up to a quarter of it, drawn from a source seeded by ID. The fleet runs one scan per
-	// RescanPeriod between its executors (SweepKey). Default: 10 × GracePeriod.
+	// RescanPeriod is how often a round starts a scan of every primary for copies that
+	// neither this executor nor any live claim uses (left by an executor that crashed, or
+	// written by a client after every earlier scan) and deletes them; each wait is
+	// RescanPeriod plus up to a quarter of it, drawn from a source seeded by ID. The fleet
+	// runs one scan per RescanPeriod between its executors (SweepKey). In Run the scan
+	// runs beside the rounds, not inside one. Default: 10 × GracePeriod.
 	RescanPeriod time.Duration
 	// Registry receives hotkeyd_mitigation_actions_total. Default: no metrics.
 	Registry *prometheus.Registry
@@ -131,7 +132,8 @@ var errClosed = errors.New("mitigate: executor closed")
 // the copies of Copies entries and deletes them when the entry ends, and folds the
 // sub-counters of ShardedCounter entries back into their key when the entry ends. Entries
 // in Observe or Recommend mode are not executed. It is safe for concurrent use; Redis work
-// runs one round at a time.
+// runs one round at a time, except the SCANs of the scans for leftovers, which run beside
+// the rounds (scanJob).
 //
 // Use: NewExecutor, Offer the current plan and each new one (Store.Subscribe(e.Offer)),
 // Run in a goroutine, and Close when the agent stops: Close deletes every copy and folds
@@ -158,7 +160,7 @@ type Executor struct {
 	offered  Plan
 	hasOffer bool
 
-	mu       sync.Mutex // guards the fields below; held for each round of Redis work, so rounds never overlap
+	mu       sync.Mutex // guards the fields below; held for each round of Redis work (not a scan's SCANs), so rounds never overlap
 	closed   bool
 	runDone  chan struct{}       // closed when Run returns; nil when Run is not running
 	copies   map[string][]string // key → copy names of each enforced Copies entry
@@ -173,6 +175,9 @@ type Executor struct {
 	// one grace period after Recover, once clients still holding that run's plan have
 	// stopped writing copies and sub-counters that Recover's scan could not see.
 	rescan time.Time
+	// scans counts the scans for leftovers started and not handled yet (scanJob); a round
+	// starts none while one is under way.
+	scans int
 
 	// Claims (claims.go).
 	rescanEvery time.Duration
@@ -492,17 +497,33 @@ func (e *Executor) fold(ctx context.Context, key, sub, reason string) error {
 // scans for leftovers once more. Every half grace period it renews the executor's
 // claims, and every RescanPeriod it scans for copies nobody claims (one executor of the
 // fleet per RescanPeriod, SweepKey). Retired copies that another live executor claims
-// are forgotten, not deleted. Run calls it every RefreshPeriod.
+// are forgotten, not deleted. A scan due runs after the round, without holding up Apply
+// or other rounds meanwhile (see scanJob), and Refresh returns once it is handled; it is
+// not started while another scan is under way. Run runs the same rounds every
+// RefreshPeriod, its scans beside them.
 func (e *Executor) Refresh(ctx context.Context) error {
+	job, err := e.roundLocked(ctx)
+	if job == nil {
+		return err
+	}
+	return errors.Join(err, e.finishScan(ctx, e.scan(ctx, *job)))
+}
+
+// roundLocked runs one round with e.mu held and returns the scan it found due, if any,
+// for the caller to run (scan) and hand back (finishScan).
+func (e *Executor) roundLocked(ctx context.Context) (*scanJob, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return errClosed
+		return nil, errClosed
 	}
 	return e.round(ctx)
 }
 
-func (e *Executor) round(ctx context.Context) error {
+// round is one round of Redis work (e.mu held). It does not scan: it returns the scan
+// for leftovers that is due (the rescan after Recover, else the periodic scan), if any
+// and none is under way, counted in e.scans.
+func (e *Executor) round(ctx context.Context) (*scanJob, error) {
 	var errs []error
 	now := e.now()
 	// The claims: written when the copies in use changed or a write failed, renewed every
@@ -539,16 +560,14 @@ func (e *Executor) round(ctx context.Context) error {
 			errs = append(errs, e.fold(ctx, e.unfinished[s], s, "retrying a fold that failed"))
 		}
 	}
-	if !e.rescan.IsZero() && !now.Before(e.rescan) {
-		scanned, err := e.scanLeftovers(ctx, "written after the scan at start, under the plan of an earlier run of the agent", false)
-		if scanned {
-			e.rescan = time.Time{}
-		}
-		errs = append(errs, err)
-	}
+	var job *scanJob
 	switch {
 	case e.sweep.IsZero():
 		e.sweep = e.nextSweep(now)
+	case e.scans > 0:
+		// One scan at a time: what is due starts at a round after it.
+	case !e.rescan.IsZero() && !now.Before(e.rescan):
+		job = &scanJob{kind: scanRescan, at: now}
 	case !now.Before(e.sweep):
 		mine, err := e.takeSweep(ctx)
 		if err != nil {
@@ -562,13 +581,12 @@ func (e *Executor) round(ctx context.Context) error {
 			e.sweep = e.nextSweep(now)
 			break
 		}
-		scanned, err := e.scanLeftovers(ctx, "claimed by no live executor (one that crashed, or a client's write after the scans)", true)
-		if scanned {
-			e.sweep = e.nextSweep(now)
-		}
-		errs = append(errs, err)
+		job = &scanJob{kind: scanSweep, at: now}
 	}
-	return errors.Join(errs...)
+	if job != nil {
+		e.scans++
+	}
+	return job, errors.Join(errs...)
 }
 
 // Recover cleans up after an earlier run of the agent: it scans every primary for copies
@@ -576,41 +594,118 @@ func (e *Executor) round(ctx context.Context) error {
 // Such copies are deleted (and retired for the grace period) unless another live executor
 // claims them; every sub-counter found is
 // folded into its key (an unfinished fold is completed first), and those the plan does not
-// use drain for the grace period. Run calls it once, after applying the plan offered
-// before it started.
+// use drain for the grace period. Run starts it once, after applying the plan offered
+// before it started, and goes on with its rounds while it scans.
+//
+// The scan itself does not hold up Apply or the rounds; what it found is handled once it
+// is done, against the plan applied by then (see scanJob).
 //
 // Clients that still hold the earlier run's plan write its copies and sub-counters for up
 // to one lease after that run ended, and may create some after the scan. So Recover also
 // schedules a second scan, made by the first round one grace period later (and retried
 // by each round until it succeeds), when those leases have run out.
 func (e *Executor) Recover(ctx context.Context) error {
+	job, err := e.startRecover()
+	if err != nil {
+		return err
+	}
+	return e.finishScan(ctx, e.scan(ctx, job))
+}
+
+// startRecover schedules the rescan and the periodic scan and returns Recover's scan,
+// counted in e.scans.
+func (e *Executor) startRecover() (scanJob, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return errClosed
+		return scanJob{}, errClosed
 	}
 	now := e.now()
 	e.rescan = now.Add(e.grace)
 	e.sweep = e.nextSweep(now)
-	_, err := e.scanLeftovers(ctx, "left by an earlier run of the agent", false)
-	return err
+	e.scans++
+	return scanJob{kind: scanRecover, at: now}, nil
 }
 
-// scanLeftovers is one scan of Recover (copiesOnly: the periodic scan for unclaimed
-// copies); reason says why what it finds is there. Copies that another live executor
-// claims are left alone. scanned reports whether the scan itself went through: what it
-// found and could not clean up now is retried by the rounds (copies stay retired, failed
-// folds unfinished, also when their claims cannot be checked), so only a failed scan needs
-// scanning again.
-func (e *Executor) scanLeftovers(ctx context.Context, reason string, copiesOnly bool) (scanned bool, err error) {
-	patterns := []string{"{" + copyTag + "*", "{" + subTag + "*", "{hk:t*}stash:*", "{hk:t*}subs:*"}
-	if copiesOnly {
-		patterns = patterns[:1]
+// scanKind tells the scans for leftovers apart.
+type scanKind int
+
+const (
+	scanRecover scanKind = iota // Recover's
+	scanRescan                  // one grace period after Recover
+	scanSweep                   // the periodic scan for copies nobody claims
+)
+
+// scanJob is one scan for leftovers, in two steps so that a scan of a big keyspace holds
+// up neither Apply nor the rounds (copy refresh, claim renewal): scan reads every primary
+// without e.mu (Redis only, no executor state), then finishScan handles what it found
+// with e.mu held, telling what is in use from the plan applied by then.
+type scanJob struct {
+	kind scanKind
+	at   time.Time // when it was started (a round's or Recover's clock)
+}
+
+// reason says why what the scan finds is there (logged with each action).
+func (j scanJob) reason() string {
+	switch j.kind {
+	case scanRescan:
+		return "written after the scan at start, under the plan of an earlier run of the agent"
+	case scanSweep:
+		return "claimed by no live executor (one that crashed, or a client's write after the scans)"
 	}
-	names, err := scanAll(ctx, e.rdb, patterns)
+	return "left by an earlier run of the agent"
+}
+
+// scanFound is what a scan found.
+type scanFound struct {
+	job   scanJob
+	names []string // copies, sub-counters and stashes, each list replaced by the sub-counters it lists
+	err   error    // the scan failed: names is not used, the scan is retried
+	// listErr: a list of sub-counters could not be read; the other names are used.
+	listErr error
+}
+
+// scan is the first step of job: it reads every primary for the names job looks for
+// (copies only for the periodic scan) and the lists' members. It uses no executor state
+// and takes no lock.
+func (e *Executor) scan(ctx context.Context, job scanJob) scanFound {
+	names, err := scanAll(ctx, e.rdb, job.kind == scanSweep)
 	if err != nil {
-		e.did("", "", ActionError, 1, "scan for leftovers failed", slog.String("error", err.Error()))
-		return false, fmt.Errorf("mitigate: recover: %w", err)
+		return scanFound{job: job, err: err}
+	}
+	names, err = e.withListed(ctx, names)
+	return scanFound{job: job, names: names, listErr: err}
+}
+
+// finishScan is the second step of a scan: it takes e.mu and handles f (nothing after
+// Close: errClosed).
+func (e *Executor) finishScan(ctx context.Context, f scanFound) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.scans--
+	if e.closed {
+		return errClosed
+	}
+	return e.handleScan(ctx, f)
+}
+
+// handleScan handles what a scan found (e.mu held). Copies that neither the plan applied
+// now nor another live executor's claim uses are deleted; every sub-counter found is
+// folded, and drains unless the plan uses it. A scan that failed is retried: the rescan
+// and the periodic scan stay due (Recover's is made again by the rescan). What the scan
+// found and could not clean up now is retried by the rounds (copies stay retired, failed
+// folds unfinished, also when their claims cannot be checked), so only a failed scan
+// needs scanning again.
+func (e *Executor) handleScan(ctx context.Context, f scanFound) error {
+	if f.err != nil {
+		e.did("", "", ActionError, 1, "scan for leftovers failed", slog.String("error", f.err.Error()))
+		return fmt.Errorf("mitigate: recover: %w", f.err)
+	}
+	switch f.job.kind {
+	case scanRescan:
+		e.rescan = time.Time{}
+	case scanSweep:
+		e.sweep = e.nextSweep(f.job.at)
 	}
 	activeCopy, activeSub := make(map[string]bool), make(map[string]bool)
 	for _, ns := range e.copies {
@@ -624,12 +719,9 @@ func (e *Executor) scanLeftovers(ctx context.Context, reason string, copiesOnly 
 		}
 	}
 	now := e.now()
-	var errs []error
-	names, err = e.withListed(ctx, names)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for _, name := range names {
+	errs := []error{f.listErr}
+	reason := f.job.reason()
+	for _, name := range f.names {
 		sub, isStash := stashSub(name)
 		if !isStash {
 			sub = name
@@ -649,13 +741,13 @@ func (e *Executor) scanLeftovers(ctx context.Context, reason string, copiesOnly 
 			errs = append(errs, e.fold(ctx, key, sub, reason))
 		}
 	}
-	return true, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // withListed replaces, in names found by a scan, each list of sub-counters by the
 // sub-counters it lists, which a scan misses once they are folded (a list outlives them
 // until a round takes them off it). An error when a list cannot be read; the others are
-// replaced all the same.
+// replaced all the same. It uses no executor state but the client (scan, no lock held).
 func (e *Executor) withListed(ctx context.Context, names []string) ([]string, error) {
 	out := names[:0:0]
 	var errs []error
@@ -676,8 +768,12 @@ func (e *Executor) withListed(ctx context.Context, names []string) ([]string, er
 }
 
 // Run applies offered plans and runs a round every RefreshPeriod until ctx ends or Close
-// is called. It first applies the plan offered before it started, if any, then Recover.
-// Only one Run at a time.
+// is called. It first applies the plan offered before it started, if any, then starts
+// Recover. Its scans for leftovers (Recover's, the rescan, the periodic scan; one at a
+// time) read the primaries in a goroutine of their own while Run goes on applying plans
+// and running rounds (copy refresh, claim renewal); what a scan found is handled by Run
+// once it is done (scanJob). When Run returns, a scan under way is cancelled and waited
+// for. Only one Run at a time.
 func (e *Executor) Run(ctx context.Context) error {
 	e.mu.Lock()
 	select {
@@ -701,7 +797,32 @@ func (e *Executor) Run(ctx context.Context) error {
 	}()
 
 	e.applyOffered(ctx)
-	_ = e.Recover(ctx) // logged and counted; a round scans again one grace period later
+
+	// The scans: at most one under way (e.scans), its result handed back on found.
+	scanCtx, cancelScan := context.WithCancel(ctx)
+	found := make(chan scanFound, 1)
+	var wg sync.WaitGroup
+	pending := 0 // scans started and not handled
+	defer func() {
+		cancelScan()
+		wg.Wait()
+		e.mu.Lock()
+		e.scans -= pending // dropped unhandled: a later Run's rounds may scan again
+		e.mu.Unlock()
+	}()
+	start := func(job scanJob) {
+		pending++
+		wg.Go(func() {
+			f := e.scan(scanCtx, job)
+			select {
+			case found <- f:
+			case <-scanCtx.Done():
+			}
+		})
+	}
+	if job, err := e.startRecover(); err == nil {
+		start(job) // a failure is logged and counted; a round scans again one grace period later
+	}
 	t := time.NewTicker(e.refresh)
 	defer t.Stop()
 	for {
@@ -712,8 +833,13 @@ func (e *Executor) Run(ctx context.Context) error {
 			return nil
 		case <-e.kick:
 			e.applyOffered(ctx)
+		case f := <-found:
+			pending--
+			_ = e.finishScan(ctx, f) // logged and counted
 		case <-t.C:
-			_ = e.Refresh(ctx)
+			if job, _ := e.roundLocked(ctx); job != nil { // errors are logged and counted
+				start(*job)
+			}
 		}
 	}
 }
@@ -869,13 +995,13 @@ func minus(a, b []string) []string {
 	return out
 }
 
-// scanAll returns the keys matching any of patterns on every primary (deduplicated,
-// sorted).
-func scanAll(ctx context.Context, rdb Redis, patterns []string) ([]string, error) {
+// scanAll returns the names a scan for leftovers handles (scanWanted) on every primary
+// (deduplicated, sorted): copies only when copiesOnly.
+func scanAll(ctx context.Context, rdb Redis, copiesOnly bool) ([]string, error) {
 	seen := make(map[string]bool)
 	var mu sync.Mutex // guards seen
 	scan := func(ctx context.Context, node Redis) error {
-		names, err := scanNode(ctx, node, patterns)
+		names, err := scanNode(ctx, node, copiesOnly)
 		mu.Lock()
 		defer mu.Unlock()
 		for _, n := range names {
@@ -892,30 +1018,54 @@ func scanAll(ctx context.Context, rdb Redis, patterns []string) ([]string, error
 	return slices.Sorted(maps.Keys(seen)), err
 }
 
-// maxScanCalls bounds the SCAN calls per pattern and node (10^6 × COUNT 1000 keys).
+// maxScanCalls bounds the SCAN calls per node (10^6 × COUNT 1000 keys).
 const maxScanCalls = 1_000_000
 
-// scanNode SCANs one node for each pattern.
-func scanNode(ctx context.Context, node Redis, patterns []string) ([]string, error) {
+// scanMatch is the one pattern a scan asks the server for: every name hotkeyd makes
+// starts with "{hk:" (names.go, counter.go), the claim keys ("hk:claim…") and SweepKey
+// do not. scanWanted picks the names a scan handles out of what it matches.
+const scanMatch = "{hk:*"
+
+// scanNode SCANs one node once (MATCH scanMatch) and returns the names scanWanted keeps,
+// so that a scan reads each node's keyspace once whatever it looks for.
+func scanNode(ctx context.Context, node Redis, copiesOnly bool) ([]string, error) {
 	var out []string
-	for _, pat := range patterns {
-		cursor := "0"
-		for range maxScanCalls {
-			reply, err := node.Do(ctx, "SCAN", cursor, "MATCH", pat, "COUNT", "1000").Slice()
-			if err != nil {
-				return out, fmt.Errorf("SCAN MATCH %s: %w", pat, err)
+	cursor := "0"
+	for range maxScanCalls {
+		reply, err := node.Do(ctx, "SCAN", cursor, "MATCH", scanMatch, "COUNT", "1000").Slice()
+		if err != nil {
+			return out, fmt.Errorf("SCAN MATCH %s: %w", scanMatch, err)
+		}
+		if len(reply) != 2 {
+			return out, fmt.Errorf("SCAN MATCH %s: reply %v; want [cursor keys]", scanMatch, reply)
+		}
+		keys, _ := reply[1].([]any)
+		for _, k := range keys {
+			if n := str(k); scanWanted(n, copiesOnly) {
+				out = append(out, n)
 			}
-			if len(reply) != 2 {
-				return out, fmt.Errorf("SCAN MATCH %s: reply %v; want [cursor keys]", pat, reply)
-			}
-			keys, _ := reply[1].([]any)
-			for _, k := range keys {
-				out = append(out, str(k))
-			}
-			if cursor = str(reply[0]); cursor == "0" {
-				break
-			}
+		}
+		if cursor = str(reply[0]); cursor == "0" {
+			break
 		}
 	}
 	return out, nil
+}
+
+// scanWanted reports whether a scan for leftovers handles name: exactly the names the
+// globs "{hk:copy*" (copies; all copiesOnly keeps), "{hk:sub*" (sub-counters),
+// "{hk:t*}stash:*" (stashes of folds) and "{hk:t*}subs:*" (lists of sub-counters) match,
+// where '*' is any run of bytes, '}' included. Which of them are really hotkeyd's names
+// (ParseName, stashSub, listKey) is checked when they are handled.
+func scanWanted(name string, copiesOnly bool) bool {
+	switch {
+	case strings.HasPrefix(name, "{"+copyTag):
+		return true
+	case copiesOnly:
+		return false
+	case strings.HasPrefix(name, "{"+subTag):
+		return true
+	}
+	rest, ok := strings.CutPrefix(name, "{hk:t")
+	return ok && (strings.Contains(rest, "}stash:") || strings.Contains(rest, "}subs:"))
 }
