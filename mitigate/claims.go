@@ -37,10 +37,49 @@ const claimPrefix = "hk:claim"
 func claimKey(name string) string { return claimPrefix + name }
 
 // SweepKey is taken (SET NX with an expiry of RescanPeriod) by the executor that runs the
-// periodic scan for unclaimed copies, so that a fleet of agents on one cluster scans once
+// periodic scan for leftovers, so that a fleet of agents on one cluster scans once
 // per RescanPeriod between them, not once each: every scan reads every key of every
 // primary.
 const SweepKey = "{hotkeyd}sweep"
+
+// RecoverKey is the fleet's lock on the scans at start, taken for one GracePeriod by
+// Recover's scan and by the rescan one grace period later before they scan: while
+// another executor holds it (it scanned within the last grace period), the scan is
+// skipped, so that agents starting together (a rolling deploy, a scale-up) scan every
+// primary about once per grace period between them, not twice each. What a skipped scan
+// would have found is found by a later one that holds the lock: the holder's rescan,
+// this executor's own rescan (the holder's lock has expired by then), another agent's
+// scan at start, or the fleet's periodic scan (SweepKey), which looks for every kind.
+// The holder's own rescan takes it again (takeRecover), so an executor's rescan is never
+// skipped for its own Recover's lock.
+const RecoverKey = "{hotkeyd}recover"
+
+// takeRecoverLock (on RecoverKey's node). KEYS: RecoverKey. ARGV: executor id, grace
+// period (ms). When another executor holds the lock it returns that executor's id;
+// else (free, or held by this executor) it sets the lock to this executor for one
+// grace period and returns 1.
+var takeRecoverLock = newScript(`
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then return v end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1`)
+
+// takeRecover takes the fleet's lock on the scans at start (RecoverKey) for one grace
+// period. It returns the id of the executor that holds it ("" when this one took it, or
+// holds it already): a scan at start then skips.
+func (e *Executor) takeRecover(ctx context.Context) (holder string, err error) {
+	v, err := takeRecoverLock.run(ctx, e.rdb, []string{RecoverKey}, e.id, e.grace.Milliseconds()).Result()
+	if err != nil {
+		return "", fmt.Errorf("mitigate: take %s: %w", RecoverKey, err)
+	}
+	switch v := v.(type) {
+	case int64:
+		return "", nil
+	case string:
+		return v, nil
+	}
+	return "", fmt.Errorf("mitigate: take %s: reply %v (%T); want an id or 1", RecoverKey, v, v)
+}
 
 // takeSweep reports whether this executor may run the periodic scan now: no other
 // executor has run it within the last RescanPeriod.
@@ -153,7 +192,8 @@ func (e *Executor) putClaim(ctx context.Context) error {
 
 // dropClaim removes this executor's claims (Close). A failure is logged; the claims then
 // protect the copies until they expire (one GracePeriod), and the periodic scan of
-// another executor, or the next Recover, deletes them after that.
+// another executor, or the next scan at start that holds RecoverKey, deletes them after
+// that.
 func (e *Executor) dropClaim(ctx context.Context) {
 	names := slices.Sorted(maps.Keys(e.claimed))
 	cmds := make([][]any, len(names))

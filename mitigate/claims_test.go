@@ -90,11 +90,12 @@ func TestExecutorClaims(t *testing.T) {
 	}
 }
 
-// cleanClaims deletes every claim key and copy, and SweepKey, for the next test.
+// cleanClaims deletes every claim key and copy, and the fleet's locks on the scans
+// (SweepKey, RecoverKey), for the next test: its executors are a new fleet.
 func cleanClaims(t *testing.T, b backend) {
 	t.Helper()
 	ctx := context.Background()
-	for _, k := range append(append(b.keys(t, "{hk:copy*"), b.keys(t, claimsTestPrefix+"*")...), SweepKey) {
+	for _, k := range append(append(b.keys(t, "{hk:copy*"), b.keys(t, claimsTestPrefix+"*")...), SweepKey, RecoverKey) {
 		if err := b.rdb.Do(ctx, "DEL", k).Err(); err != nil {
 			t.Fatalf("DEL %s: %v", k, err)
 		}

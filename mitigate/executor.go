@@ -80,8 +80,9 @@ type ExecutorOptions struct {
 	// sub-counters of an entry that ended, counted from the last time it found one
 	// written: clients that have not heard of the end still use them for up to the plan's
 	// lease. It is also how long after Recover a round scans again for what clients of an
-	// earlier run created after Recover's scan, and how long this executor's claims on its
-	// copies last (renewed every half of it; see ID). Default: DefaultLease (60s).
+	// earlier run created after Recover's scan, how long this executor's claims on its
+	// copies last (renewed every half of it; see ID), and how long a scan at start holds
+	// the fleet's lock on them (RecoverKey). Default: DefaultLease (60s).
 	GracePeriod time.Duration
 	// ID names this executor among all those on the same Redis (one agent per app pod,
 	// every agent on one cluster). Its claims — this ID as a member of the claim key
@@ -90,15 +91,19 @@ type ExecutorOptions struct {
 	// live executor claims. It must differ between executors that run at the same time.
 	// The Redis user needs the key patterns "{hk:*" and "hk:claim{hk:*" (ZADD, ZREM,
 	// ZRANGE, ZREMRANGEBYSCORE, PEXPIRE, DEL, through EVALSHA and EVAL): an executor
-	// that cannot check a copy's claims does not delete it (fail safe); and SweepKey
-	// (SET), without which every executor runs the periodic scan itself, logging an error
-	// each time. Claims last one GracePeriod and are renewed at the first round after
-	// half of it, so RefreshPeriod must stay well below GracePeriod/2 (the defaults: 1s
-	// and 60s). Default: 16 random hex digits, made by NewExecutor.
+	// that cannot check a copy's claims does not delete it (fail safe); SweepKey (SET),
+	// without which every executor runs the periodic scan itself, logging an error each
+	// time; and RecoverKey (GET and SET, through EVALSHA and EVAL), without which every
+	// executor runs its scans at start itself, logging an error each time. Claims last
+	// one GracePeriod and are renewed at the first round after half of it, so
+	// RefreshPeriod must stay well below GracePeriod/2 (the defaults: 1s and 60s).
+	// Default: 16 random hex digits, made by NewExecutor.
 	ID string
-	// RescanPeriod is how often a round starts a scan of every primary for copies that
-	// neither this executor nor any live claim uses (left by an executor that crashed, or
-	// written by a client after every earlier scan) and deletes them; each wait is
+	// RescanPeriod is how often a round starts a scan of every primary for leftovers, left
+	// by an executor that crashed (and whose agent may never start again) or written by a
+	// client after every earlier scan: it deletes the copies that neither this executor
+	// nor any live claim uses, and folds every sub-counter and completes every stash it
+	// finds, as Recover does (sub-counters need no claims); each wait is
 	// RescanPeriod plus up to a quarter of it, drawn from a source seeded by ID. The fleet
 	// runs one scan per RescanPeriod between its executors (SweepKey). In Run the scan
 	// runs beside the rounds, not inside one. Default: 10 × GracePeriod.
@@ -173,7 +178,8 @@ type Executor struct {
 	unfinished map[string]string
 	// rescan is when a round scans for leftovers of an earlier run again (zero: none due):
 	// one grace period after Recover, once clients still holding that run's plan have
-	// stopped writing copies and sub-counters that Recover's scan could not see.
+	// stopped writing copies and sub-counters that Recover's scan could not see. Like
+	// Recover's scan it is skipped while another executor holds RecoverKey.
 	rescan time.Time
 	// scans counts the scans for leftovers started and not handled yet (scanJob); a round
 	// starts none while one is under way.
@@ -182,7 +188,7 @@ type Executor struct {
 	// Claims (claims.go).
 	rescanEvery time.Duration
 	rng         *rand.Rand      // jitter of sweep; seeded by id
-	sweep       time.Time       // when a round scans for unclaimed copies next (zero: not scheduled yet)
+	sweep       time.Time       // when a round runs the periodic scan next (zero: not scheduled yet)
 	claimNext   time.Time       // when the claims are renewed next
 	claimDirty  bool            // the copies in use changed (or the last write failed): write the claims at once
 	claimed     map[string]bool // copy names whose claim key may hold this executor's id
@@ -495,7 +501,7 @@ func (e *Executor) fold(ctx context.Context, key, sub, reason string) error {
 // sub-counters of ended entries again, forgetting those quiet for the grace period, folds
 // again every sub-counter whose last fold failed, and, one grace period after Recover,
 // scans for leftovers once more. Every half grace period it renews the executor's
-// claims, and every RescanPeriod it scans for copies nobody claims (one executor of the
+// claims, and every RescanPeriod it scans for leftovers of any kind (one executor of the
 // fleet per RescanPeriod, SweepKey). Retired copies that another live executor claims
 // are forgotten, not deleted. A scan due runs after the round, without holding up Apply
 // or other rounds meanwhile (see scanJob), and Refresh returns once it is handled; it is
@@ -592,10 +598,15 @@ func (e *Executor) round(ctx context.Context) (*scanJob, error) {
 // Recover cleans up after an earlier run of the agent: it scans every primary for copies
 // and sub-counters, and stashes of unfinished folds, that the applied plan does not use.
 // Such copies are deleted (and retired for the grace period) unless another live executor
-// claims them; every sub-counter found is
-// folded into its key (an unfinished fold is completed first), and those the plan does not
-// use drain for the grace period. Run starts it once, after applying the plan offered
-// before it started, and goes on with its rounds while it scans.
+// claims them; every sub-counter found is folded into its key (an unfinished fold is
+// completed first), and those the plan does not use drain for the grace period. Run
+// starts it once, after applying the plan offered before it started, and goes on with its
+// rounds while it scans.
+//
+// In a fleet the scan is skipped (logged at Info, Recover returns nil) when another
+// executor holds RecoverKey: it scanned within the last grace period, and what this scan
+// would find is found by a later scan that holds the lock (see RecoverKey). When the lock
+// cannot be taken, Recover scans all the same and returns that error with the scan's.
 //
 // The scan itself does not hold up Apply or the rounds; what it found is handled once it
 // is done, against the plan applied by then (see scanJob).
@@ -603,7 +614,11 @@ func (e *Executor) round(ctx context.Context) (*scanJob, error) {
 // Clients that still hold the earlier run's plan write its copies and sub-counters for up
 // to one lease after that run ended, and may create some after the scan. So Recover also
 // schedules a second scan, made by the first round one grace period later (and retried
-// by each round until it succeeds), when those leases have run out.
+// by each round until it succeeds), when those leases have run out; it takes RecoverKey
+// too, and is not retried when skipped. A lone executor's rescan is never skipped: it
+// holds the lock itself, or it has expired (an agent that restarts within a grace period
+// of its last Recover skips its own scan at start, held by its previous run, and its
+// rescan takes the lock).
 func (e *Executor) Recover(ctx context.Context) error {
 	job, err := e.startRecover()
 	if err != nil {
@@ -633,8 +648,18 @@ type scanKind int
 const (
 	scanRecover scanKind = iota // Recover's
 	scanRescan                  // one grace period after Recover
-	scanSweep                   // the periodic scan for copies nobody claims
+	scanSweep                   // the periodic scan, once per RescanPeriod in the fleet (SweepKey)
 )
+
+func (k scanKind) String() string {
+	switch k {
+	case scanRescan:
+		return "rescan"
+	case scanSweep:
+		return "periodic"
+	}
+	return "recover"
+}
 
 // scanJob is one scan for leftovers, in two steps so that a scan of a big keyspace holds
 // up neither Apply nor the rounds (copy refresh, claim renewal): scan reads every primary
@@ -651,7 +676,7 @@ func (j scanJob) reason() string {
 	case scanRescan:
 		return "written after the scan at start, under the plan of an earlier run of the agent"
 	case scanSweep:
-		return "claimed by no live executor (one that crashed, or a client's write after the scans)"
+		return "left by an executor that crashed (a copy no live executor claims), or a client's write after the scans"
 	}
 	return "left by an earlier run of the agent"
 }
@@ -663,18 +688,33 @@ type scanFound struct {
 	err   error    // the scan failed: names is not used, the scan is retried
 	// listErr: a list of sub-counters could not be read; the other names are used.
 	listErr error
+	// skipped is the id of the executor that holds RecoverKey: this scan at start did not
+	// scan (names is empty), that executor scanned within the grace period.
+	skipped string
+	// lockErr: RecoverKey could not be taken; the scan ran all the same.
+	lockErr error
 }
 
-// scan is the first step of job: it reads every primary for the names job looks for
-// (copies only for the periodic scan) and the lists' members. It uses no executor state
-// and takes no lock.
+// scan is the first step of job: it reads every primary for the names a scan handles
+// (every kind, whatever the job) and the lists' members. A scan at start (Recover's, the
+// rescan) first takes the fleet's lock (RecoverKey), and skips when another executor
+// holds it; when the lock cannot be taken it scans all the same. It uses no executor
+// state and takes no lock of the executor's.
 func (e *Executor) scan(ctx context.Context, job scanJob) scanFound {
-	names, err := scanAll(ctx, e.rdb, job.kind == scanSweep)
+	var lockErr error
+	if job.kind != scanSweep {
+		holder, err := e.takeRecover(ctx)
+		if err == nil && holder != "" {
+			return scanFound{job: job, skipped: holder}
+		}
+		lockErr = err
+	}
+	names, err := scanAll(ctx, e.rdb)
 	if err != nil {
-		return scanFound{job: job, err: err}
+		return scanFound{job: job, err: err, lockErr: lockErr}
 	}
 	names, err = e.withListed(ctx, names)
-	return scanFound{job: job, names: names, listErr: err}
+	return scanFound{job: job, names: names, listErr: err, lockErr: lockErr}
 }
 
 // finishScan is the second step of a scan: it takes e.mu and handles f (nothing after
@@ -695,17 +735,30 @@ func (e *Executor) finishScan(ctx context.Context, f scanFound) error {
 // and the periodic scan stay due (Recover's is made again by the rescan). What the scan
 // found and could not clean up now is retried by the rounds (copies stay retired, failed
 // folds unfinished, also when their claims cannot be checked), so only a failed scan
-// needs scanning again.
+// needs scanning again. A scan at start skipped for another executor's lock (RecoverKey)
+// handles nothing and is not made again: later scans that hold the lock find the same.
 func (e *Executor) handleScan(ctx context.Context, f scanFound) error {
+	errs := []error{f.lockErr}
+	if f.lockErr != nil {
+		// Unknown whether another executor scanned (Redis unreachable, or an ACL without
+		// RecoverKey): the scan ran rather than none.
+		e.did("", "", ActionError, 1, "taking the fleet's lock on scans at start failed; scanning all the same",
+			slog.String("error", f.lockErr.Error()))
+	}
 	if f.err != nil {
 		e.did("", "", ActionError, 1, "scan for leftovers failed", slog.String("error", f.err.Error()))
-		return fmt.Errorf("mitigate: recover: %w", f.err)
+		return errors.Join(f.lockErr, fmt.Errorf("mitigate: recover: %w", f.err))
 	}
 	switch f.job.kind {
 	case scanRescan:
 		e.rescan = time.Time{}
 	case scanSweep:
 		e.sweep = e.nextSweep(f.job.at)
+	}
+	if f.skipped != "" {
+		e.log.LogAttrs(ctx, slog.LevelInfo, "leftovers scan skipped: another executor of the fleet scanned within the grace period",
+			slog.String("scan", f.job.kind.String()), slog.String("executor", f.skipped))
+		return nil
 	}
 	activeCopy, activeSub := make(map[string]bool), make(map[string]bool)
 	for _, ns := range e.copies {
@@ -719,7 +772,7 @@ func (e *Executor) handleScan(ctx context.Context, f scanFound) error {
 		}
 	}
 	now := e.now()
-	errs := []error{f.listErr}
+	errs = append(errs, f.listErr)
 	reason := f.job.reason()
 	for _, name := range f.names {
 		sub, isStash := stashSub(name)
@@ -848,9 +901,9 @@ func (e *Executor) Run(ctx context.Context) error {
 // live executor claims (none whose claims cannot be checked) and folds every sub-counter,
 // active or ended, and returns when that is done (or ctx ends). A failed step is retried
 // a few times; the error is returned if it still fails, the copies left are logged (the
-// periodic scan of another executor, or the next run's Recover, deletes them), and calling
-// Close again retries what is left. After Close, Apply, Refresh and Recover return an
-// error.
+// periodic scan of another executor, or the next scan at start that holds RecoverKey,
+// deletes them), and calling Close again retries what is left. After Close, Apply,
+// Refresh and Recover return an error.
 func (e *Executor) Close(ctx context.Context) error {
 	e.stopOnce.Do(func() { close(e.stop) })
 	e.mu.Lock()
@@ -996,12 +1049,12 @@ func minus(a, b []string) []string {
 }
 
 // scanAll returns the names a scan for leftovers handles (scanWanted) on every primary
-// (deduplicated, sorted): copies only when copiesOnly.
-func scanAll(ctx context.Context, rdb Redis, copiesOnly bool) ([]string, error) {
+// (deduplicated, sorted).
+func scanAll(ctx context.Context, rdb Redis) ([]string, error) {
 	seen := make(map[string]bool)
 	var mu sync.Mutex // guards seen
 	scan := func(ctx context.Context, node Redis) error {
-		names, err := scanNode(ctx, node, copiesOnly)
+		names, err := scanNode(ctx, node)
 		mu.Lock()
 		defer mu.Unlock()
 		for _, n := range names {
@@ -1028,7 +1081,7 @@ const scanMatch = "{hk:*"
 
 // scanNode SCANs one node once (MATCH scanMatch) and returns the names scanWanted keeps,
 // so that a scan reads each node's keyspace once whatever it looks for.
-func scanNode(ctx context.Context, node Redis, copiesOnly bool) ([]string, error) {
+func scanNode(ctx context.Context, node Redis) ([]string, error) {
 	var out []string
 	cursor := "0"
 	for range maxScanCalls {
@@ -1041,7 +1094,7 @@ func scanNode(ctx context.Context, node Redis, copiesOnly bool) ([]string, error
 		}
 		keys, _ := reply[1].([]any)
 		for _, k := range keys {
-			if n := str(k); scanWanted(n, copiesOnly) {
+			if n := str(k); scanWanted(n) {
 				out = append(out, n)
 			}
 		}
@@ -1053,17 +1106,12 @@ func scanNode(ctx context.Context, node Redis, copiesOnly bool) ([]string, error
 }
 
 // scanWanted reports whether a scan for leftovers handles name: exactly the names the
-// globs "{hk:copy*" (copies; all copiesOnly keeps), "{hk:sub*" (sub-counters),
-// "{hk:t*}stash:*" (stashes of folds) and "{hk:t*}subs:*" (lists of sub-counters) match,
-// where '*' is any run of bytes, '}' included. Which of them are really hotkeyd's names
-// (ParseName, stashSub, listKey) is checked when they are handled.
-func scanWanted(name string, copiesOnly bool) bool {
-	switch {
-	case strings.HasPrefix(name, "{"+copyTag):
-		return true
-	case copiesOnly:
-		return false
-	case strings.HasPrefix(name, "{"+subTag):
+// globs "{hk:copy*" (copies), "{hk:sub*" (sub-counters), "{hk:t*}stash:*" (stashes of
+// folds) and "{hk:t*}subs:*" (lists of sub-counters) match, where '*' is any run of
+// bytes, '}' included. Which of them are really hotkeyd's names (ParseName, stashSub,
+// listKey) is checked when they are handled.
+func scanWanted(name string) bool {
+	if strings.HasPrefix(name, "{"+copyTag) || strings.HasPrefix(name, "{"+subTag) {
 		return true
 	}
 	rest, ok := strings.CutPrefix(name, "{hk:t")

@@ -187,18 +187,37 @@ func TestExecutorCluster(t *testing.T) {
 }
 
 // runSuite runs every executor test against one backend, one after the other (Recover
-// scans the whole backend).
+// scans the whole backend). Each test's executors are a fleet of their own: the fleet's
+// locks on the scans that the executors of the tests before took are freed first.
 func runSuite(t *testing.T, b backend) {
-	t.Run("CopiesTypesAndTTL", func(t *testing.T) { testCopiesTypesAndTTL(t, b) })
-	t.Run("CopiesRefresh", func(t *testing.T) { testCopiesRefresh(t, b) })
-	t.Run("CopiesEnd", func(t *testing.T) { testCopiesEnd(t, b) })
-	t.Run("CounterExact", func(t *testing.T) { testCounterExact(t, b) })
-	t.Run("CounterCrash", func(t *testing.T) { testCounterCrash(t, b) })
-	t.Run("CloseLeavesNothing", func(t *testing.T) { testCloseLeavesNothing(t, b) })
-	t.Run("RecoverLateLeftovers", func(t *testing.T) { testRecoverLateLeftovers(t, b) })
-	t.Run("FoldStuckOnActive", func(t *testing.T) { testFoldStuckOnActive(t, b) })
-	t.Run("ReadAcrossGenExpiry", func(t *testing.T) { testReadAcrossGenExpiry(t, b) })
-	t.Run("ListedSubCounters", func(t *testing.T) { testListedSubCounters(t, b) })
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, backend)
+	}{
+		{"CopiesTypesAndTTL", testCopiesTypesAndTTL},
+		{"CopiesRefresh", testCopiesRefresh},
+		{"CopiesEnd", testCopiesEnd},
+		{"CounterExact", testCounterExact},
+		{"CounterCrash", testCounterCrash},
+		{"CloseLeavesNothing", testCloseLeavesNothing},
+		{"RecoverLateLeftovers", testRecoverLateLeftovers},
+		{"FoldStuckOnActive", testFoldStuckOnActive},
+		{"ReadAcrossGenExpiry", testReadAcrossGenExpiry},
+		{"ListedSubCounters", testListedSubCounters},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			newFleet(t, b)
+			tc.fn(t, b)
+		})
+	}
+}
+
+// newFleet frees the fleet's locks on the scans (RecoverKey, SweepKey) on b: the next
+// executors scan as if no other executor had.
+func newFleet(t *testing.T, b backend) {
+	t.Helper()
+	mustDo(t, b.rdb, "DEL", RecoverKey)
+	mustDo(t, b.rdb, "DEL", SweepKey)
 }
 
 // testCloseLeavesNothing: with copies and a sharded counter active and a Run going, Close

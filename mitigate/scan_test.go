@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,11 +128,9 @@ func TestRecoverOneScanPass(t *testing.T) {
 // call slowed down, the whole scan longer than the grace period), the rounds go on
 // renewing the executor's claim on its copies (its expiry moves forward during the scan)
 // and a plan offered meanwhile has its copies written before the scan's findings are
-// handled. Close during a scan stops it and leaves
-// no goroutine. Not parallel: it counts the goroutines of the process.
+// handled. Close during a scan stops it and leaves no goroutine. Not parallel: it counts
+// the goroutines of the process.
 func TestScanLeavesRoundsAndApply(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	b := startStandalone(t)
 	fillUnrelated(t, b, 40000)
 	const pageA, pageB, stray = "slow:a", "slow:b", "slow:stray"
@@ -162,24 +161,7 @@ func TestScanLeavesRoundsAndApply(t *testing.T) {
 	e := newLoggedExecutor(t, ExecutorOptions{Redis: rdb, RefreshPeriod: 100 * time.Millisecond, GracePeriod: grace})
 	planA := execPlan(execEntry(pageA, Copies, Enforce, copiesA))
 	e.Offer(planA)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer ccancel()
-		if err := e.Close(cctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v; want nil after Close", err)
-		}
-	}
+	stop := sync.OnceFunc(e.run(t))
 	defer stop()
 
 	eventually(t, "Run's scan at start under way", func() bool { return scans.Load() >= 2 })
