@@ -304,7 +304,7 @@ func mitigations() *Dashboard {
 
 	l.section("Executor and registry")
 	l.add(12, 8, panel{typ: "timeseries", title: "Mitigation actions",
-		desc: "What the agent did in Redis for enforced mitigations, per interval, by kind and action — copy_write, copy_refresh, copy_delete, copy_kept_claimed (a copy another agent uses), counter_fold, counter_recover, error (hotkeyd_mitigation_actions_total; exported once the agent has a Redis address).",
+		desc: "What the agent did in Redis for enforced mitigations, per interval, by kind and action — copy_write, copy_refresh, copy_delete, copy_kept_claimed (a copy another agent uses), counter_fold, counter_recover, counter_kept_claimed (a sub-counter another agent uses), error (hotkeyd_mitigation_actions_total; exported once the agent has a Redis address).",
 		unit: "short", bars: true,
 		targets: []Target{series(`sum by (kind, action) (increase(`+m("hotkeyd_mitigation_actions_total")+`[$__rate_interval]))`, "{{kind}} {{action}}")}}.build())
 	l.add(12, 8, panel{typ: "timeseries", title: "Surprise hot keys",

@@ -137,10 +137,39 @@ func (e *Executor) deleteUnclaimed(ctx context.Context, name string) (owner stri
 	return "", 0, fmt.Errorf("mitigate: claims: check and delete: reply %v (%T); want an id or a count", v, v)
 }
 
-// activeNames returns the copy names this executor's plan uses, sorted.
+// otherClaim (on the name's node). KEYS: a claim key. ARGV: executor id, now (unix ms).
+// It drops the expired claims and returns the id of another executor whose claim is
+// live, or nil.
+var otherClaim = newScript(`
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, 1)) do
+  if id ~= ARGV[1] then return id end
+end
+return false`)
+
+// claimedBy returns the id of another executor whose claim on name is live, or "" when
+// there is none.
+func (e *Executor) claimedBy(ctx context.Context, name string) (string, error) {
+	id, err := otherClaim.run(ctx, e.rdb, []string{claimKey(name)}, e.id, e.now().UnixMilli()).Text()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return "", nil
+	case err != nil:
+		_, i, key, _ := ParseName(name)
+		return "", fmt.Errorf("mitigate: claims of sub-counter %d of %q: %w", i, key, err)
+	}
+	return id, nil
+}
+
+// activeNames returns the copy and sub-counter names this executor's plan uses, sorted.
+// Sub-counters are claimed so that another executor's scan leaves them on their key's
+// list (see keptSub); copies, so that it does not delete them.
 func (e *Executor) activeNames() []string {
 	var names []string
 	for _, ns := range e.copies {
+		names = append(names, ns...)
+	}
+	for _, ns := range e.subs {
 		names = append(names, ns...)
 	}
 	slices.Sort(names)
@@ -254,6 +283,15 @@ func retryScript(ctx context.Context, rdb Redis, s script, args []any, err error
 	b := slices.Clone(args)
 	b[0], b[1] = "EVAL", s.src
 	return rdb.Do(ctx, b...).Err()
+}
+
+// keptSub counts and logs a sub-counter another live executor claims, which this one
+// found in a scan or drained: it is not drained (nor taken off its key's list) by this
+// executor, whose plan does not use it; the claiming executor folds it when its entry
+// ends.
+func (e *Executor) keptSub(key, sub, owner, reason string) {
+	e.did(ShardedCounter, key, ActionCounterKeptClaimed, 1, reason+"; not drained: claimed by another executor",
+		slog.String("sub_counter", sub), slog.String("executor", owner))
 }
 
 // kept counts and logs a copy left alone because another executor claims it.

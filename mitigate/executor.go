@@ -122,13 +122,14 @@ const DefaultRefreshPeriod = time.Second
 
 // Actions counted in hotkeyd_mitigation_actions_total and logged.
 const (
-	ActionCopyWrite       = "copy_write"        // copies written from the original when an entry starts or its names change
-	ActionCopyRefresh     = "copy_refresh"      // a copy rewritten by the periodic refresh
-	ActionCopyDelete      = "copy_delete"       // a copy deleted (entry ended, names changed, original gone, left by an earlier run, claimed by nobody)
-	ActionCopyKeptClaimed = "copy_kept_claimed" // a copy not deleted (nor retired further) because another live executor claims it
-	ActionCounterFold     = "counter_fold"      // a sub-counter's value moved into its key
-	ActionCounterRecover  = "counter_recover"   // an unfinished fold (a crash) completed
-	ActionError           = "error"             // a Redis step failed; it is retried at the next round
+	ActionCopyWrite          = "copy_write"           // copies written from the original when an entry starts or its names change
+	ActionCopyRefresh        = "copy_refresh"         // a copy rewritten by the periodic refresh
+	ActionCopyDelete         = "copy_delete"          // a copy deleted (entry ended, names changed, original gone, left by an earlier run, claimed by nobody)
+	ActionCopyKeptClaimed    = "copy_kept_claimed"    // a copy not deleted (nor retired further) because another live executor claims it
+	ActionCounterFold        = "counter_fold"         // a sub-counter's value moved into its key
+	ActionCounterRecover     = "counter_recover"      // an unfinished fold (a crash) completed
+	ActionCounterKeptClaimed = "counter_kept_claimed" // a sub-counter not drained (nor taken off its list) because another live executor claims it
+	ActionError              = "error"                // a Redis step failed; it is retried at the next round
 )
 
 var errClosed = errors.New("mitigate: executor closed")
@@ -400,6 +401,9 @@ func (e *Executor) apply(ctx context.Context, p Plan) error {
 		} else {
 			delete(e.subs, key)
 		}
+		if len(gone) > 0 {
+			e.claimDirty = true
+		}
 		for _, s := range gone {
 			e.draining[s] = ended{key: key, quiet: now}
 			errs = append(errs, e.fold(ctx, key, s, reason))
@@ -410,7 +414,14 @@ func (e *Executor) apply(ctx context.Context, p Plan) error {
 		for _, s := range names {
 			delete(e.draining, s)
 		}
+		if !slices.Equal(e.subs[key], names) {
+			e.claimDirty = true
+		}
 		e.subs[key] = names
+	}
+	// The sub-counters' claims, so that other executors' scans leave them on their lists.
+	if e.claimDirty {
+		errs = append(errs, e.putClaim(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -553,7 +564,19 @@ func (e *Executor) round(ctx context.Context) (*scanJob, error) {
 			continue
 		}
 		// Folded, and neither written by anybody nor failing to fold (fold resets quiet)
-		// for the grace period: readers need not read it any more.
+		// for the grace period: readers need not read it any more — unless another live
+		// executor's plan uses it (a scan found it), whose writers may list it and write
+		// it again at any time.
+		owner, err := e.claimedBy(ctx, s)
+		if err != nil {
+			errs = append(errs, e.failed(ShardedCounter, d.key, err))
+			continue
+		}
+		if owner != "" {
+			delete(e.draining, s)
+			e.keptSub(d.key, s, owner, "sub-counter quiet for the grace period")
+			continue
+		}
 		if err := unlistSubCounter(ctx, e.rdb, d.key, s); err != nil {
 			errs = append(errs, e.failed(ShardedCounter, d.key, err))
 			continue
@@ -789,7 +812,14 @@ func (e *Executor) handleScan(ctx context.Context, f scanFound) error {
 			}
 		case kind == ShardedCounter:
 			if !activeSub[sub] {
-				e.draining[sub] = ended{key: key, quiet: now}
+				// Folded once below; drained only when no other live executor's plan uses
+				// it (when the claims cannot be checked it drains, and the check before it
+				// leaves the list is made again).
+				if owner, err := e.claimedBy(ctx, sub); err == nil && owner != "" {
+					e.keptSub(key, sub, owner, reason)
+				} else {
+					e.draining[sub] = ended{key: key, quiet: now}
+				}
 			}
 			errs = append(errs, e.fold(ctx, key, sub, reason))
 		}
