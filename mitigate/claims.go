@@ -95,12 +95,15 @@ func (e *Executor) takeSweep(ctx context.Context) (bool, error) {
 }
 
 // renewClaim (on the copy's node). KEYS: a claim key. ARGV: executor id, expiry (unix
-// ms), now (unix ms), grace period (ms). It sets the executor's claim, then makes the
-// claim key expire one grace period after its last claim does, so that the claim key of a
-// copy nobody uses any more goes by itself. The key's expiry is relative (PEXPIRE, last
-// expiry − now + grace, never less than two grace periods since the executor's own claim
-// runs that long): it follows the executor's clock, not the server's.
+// ms), now (unix ms), grace period (ms). It drops the expired claims (those of executors
+// that crashed: without it they would stay as long as any executor renews), sets the
+// executor's claim, then makes the claim key expire one grace period after its last claim
+// does, so that the claim key of a copy nobody uses any more goes by itself. The key's
+// expiry is relative (PEXPIRE, last expiry − now + grace, never less than two grace
+// periods since the executor's own claim runs that long): it follows the executor's
+// clock, not the server's.
 var renewClaim = newScript(`
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 local ttl = tonumber(last[2]) - tonumber(ARGV[3]) + tonumber(ARGV[4])

@@ -103,7 +103,8 @@ type ExecutorOptions struct {
 	// by an executor that crashed (and whose agent may never start again) or written by a
 	// client after every earlier scan: it deletes the copies that neither this executor
 	// nor any live claim uses, and folds every sub-counter and completes every stash it
-	// finds, as Recover does (sub-counters need no claims); each wait is
+	// finds, as Recover does (a sub-counter another live executor claims is folded, not
+	// drained); each wait is
 	// RescanPeriod plus up to a quarter of it, drawn from a source seeded by ID. The fleet
 	// runs one scan per RescanPeriod between its executors (SweepKey). In Run the scan
 	// runs beside the rounds, not inside one. Default: 10 × GracePeriod.
@@ -193,6 +194,30 @@ type Executor struct {
 	claimNext   time.Time       // when the claims are renewed next
 	claimDirty  bool            // the copies in use changed (or the last write failed): write the claims at once
 	claimed     map[string]bool // copy names whose claim key may hold this executor's id
+	// sweepRetry: the last periodic scan failed after this executor took its turn
+	// (SweepKey, which it may still hold): the retry runs without taking the turn again.
+	sweepRetry bool
+	// scanFails counts the scans for leftovers that failed in a row; none starts before
+	// scanNotBefore (scanBackoff).
+	scanFails     int
+	scanNotBefore time.Time
+}
+
+// scanBackoff is how long after the nth failed scan in a row the next may start: at the
+// next round after the first, then RefreshPeriod doubled at each failure, up to the
+// grace period. Each try reads every primary that still answers, so during a long outage
+// of one primary the others are not scanned back to back.
+func (e *Executor) scanBackoff(n int) time.Duration {
+	if n <= 1 {
+		return 0
+	}
+	d := e.refresh
+	for range n - 2 {
+		if d *= 2; d >= e.grace {
+			return e.grace
+		}
+	}
+	return min(d, e.grace)
 }
 
 // ended is a copy or sub-counter of an entry that ended.
@@ -593,10 +618,14 @@ func (e *Executor) round(ctx context.Context) (*scanJob, error) {
 	switch {
 	case e.sweep.IsZero():
 		e.sweep = e.nextSweep(now)
-	case e.scans > 0:
-		// One scan at a time: what is due starts at a round after it.
+	case e.scans > 0, now.Before(e.scanNotBefore):
+		// One scan at a time: what is due starts at a round after it, and after the
+		// wait that follows a failed scan.
 	case !e.rescan.IsZero() && !now.Before(e.rescan):
 		job = &scanJob{kind: scanRescan, at: now}
+	case !now.Before(e.sweep) && e.sweepRetry:
+		// A retry of a failed periodic scan: its turn (SweepKey) is this executor's.
+		job = &scanJob{kind: scanSweep, at: now}
 	case !now.Before(e.sweep):
 		mine, err := e.takeSweep(ctx)
 		if err != nil {
@@ -769,14 +798,20 @@ func (e *Executor) handleScan(ctx context.Context, f scanFound) error {
 			slog.String("error", f.lockErr.Error()))
 	}
 	if f.err != nil {
+		if f.job.kind == scanSweep {
+			e.sweepRetry = true
+		}
+		e.scanFails++
+		e.scanNotBefore = e.now().Add(e.scanBackoff(e.scanFails))
 		e.did("", "", ActionError, 1, "scan for leftovers failed", slog.String("error", f.err.Error()))
 		return errors.Join(f.lockErr, fmt.Errorf("mitigate: recover: %w", f.err))
 	}
+	e.scanFails, e.scanNotBefore = 0, time.Time{}
 	switch f.job.kind {
 	case scanRescan:
 		e.rescan = time.Time{}
 	case scanSweep:
-		e.sweep = e.nextSweep(f.job.at)
+		e.sweep, e.sweepRetry = e.nextSweep(f.job.at), false
 	}
 	if f.skipped != "" {
 		e.log.LogAttrs(ctx, slog.LevelInfo, "leftovers scan skipped: another executor of the fleet scanned within the grace period",
