@@ -55,11 +55,21 @@ type Proxy struct {
 	Listen string `yaml:"listen"`
 	// Upstream is the host:port of the Redis that the proxy forwards to. Default empty.
 	Upstream string `yaml:"upstream"`
+	// UpstreamUsername and UpstreamPassword are the credentials of a Redis that wants
+	// AUTH (requirepass, or an ACL user): the proxy's shared connections authenticate
+	// with them, and a client shares those connections only once it has authenticated
+	// with exactly these; any other client gets a connection of its own. An empty
+	// username is Redis's user "default". No flag: set the password with
+	// HOTKEYD_PROXY_UPSTREAM_PASSWORD. Default empty (a Redis that wants AUTH is not
+	// shared). The password is never shown.
+	UpstreamUsername string `yaml:"upstream_username"`
+	UpstreamPassword string `yaml:"upstream_password"`
 	// SampleEvery samples one command in SampleEvery. Default 100; allowed 1..1000000.
 	SampleEvery int `yaml:"sample_every"`
 	// Multiplex carries clients' plain commands over shared connections to Upstream
 	// (Linux only), and gives a client its own connection from its first command that
-	// keeps state on a connection or blocks (AUTH, SELECT, MULTI, BLPOP, SUBSCRIBE, …).
+	// keeps state on a connection or blocks (AUTH, but with the configured credentials,
+	// SELECT, MULTI, BLPOP, SUBSCRIBE, …).
 	// false makes the proxy a plain relay with one upstream connection per client.
 	// Default true.
 	Multiplex bool `yaml:"multiplex"`

@@ -34,7 +34,7 @@
 // and reports, again all at once, each bad key with its value and what is allowed.
 //
 // Config.YAML prints the effective configuration (hotkeyd serve --print-config) with
-// auth.token shown as "***"; loading that output gives the same Config back. The file
+// auth.token and proxy.upstream_password shown as "***"; loading that output gives the same Config back. The file
 // config/example.yaml lists every key with its default and a comment.
 //
 // # Keys
@@ -48,6 +48,8 @@
 //	redis.addrs                    (none)          host:port list; none means detection only (--redis-addrs)
 //	proxy.listen                   (none)          host:port of the RESP proxy tap; set with proxy.upstream (--proxy-listen)
 //	proxy.upstream                 (none)          host:port of the Redis behind the proxy (--proxy-upstream)
+//	proxy.upstream_username        (none)          ACL user of the shared upstream connections; empty is user default
+//	proxy.upstream_password        (none)          password of the shared upstream connections (requirepass or the user's); no flag, shown as ***
 //	proxy.sample_every             100             1..1000000: sample one command in N
 //	proxy.multiplex                true            share one upstream connection among clients' plain commands (Linux)
 //	proxy.sched_policy             auto            auto, batch or off: SCHED_BATCH threads while clients pipeline (Linux)

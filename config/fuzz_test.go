@@ -57,6 +57,9 @@ func FuzzLoad(f *testing.F) {
 		if c.Auth.Token != "" {
 			c.Auth.Token = redacted
 		}
+		if c.Proxy.UpstreamPassword != "" {
+			c.Proxy.UpstreamPassword = redacted
+		}
 		if !reflect.DeepEqual(again, c) {
 			t.Fatalf("round trip of\n%s\ngot %+v; want %+v", y, again, c)
 		}

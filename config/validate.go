@@ -20,7 +20,7 @@ const minTick = 10 * time.Millisecond
 //
 //	detector.width: 1000 is not a power of two; use a power of two between 64 and 16777216
 //
-// The value of auth.token is never shown.
+// The values of auth.token and proxy.upstream_password are never shown.
 func (c Config) Validate() error {
 	var v validator
 
@@ -53,6 +53,24 @@ func (c Config) Validate() error {
 		v.add("proxy.listen", c.Proxy.Listen, "is also http.listen", "use a TCP address of its own")
 	}
 	v.intRange("proxy.sample_every", c.Proxy.SampleEvery, 1, 1_000_000)
+	// A password read from a file or a Secret often ends with a newline, which Redis
+	// would take as part of it.
+	for _, r := range c.Proxy.UpstreamPassword {
+		if r < 0x20 || r == 0x7f {
+			v.add("proxy.upstream_password", secret{}, "contains a control character (a trailing newline?)", "remove it")
+			break
+		}
+	}
+	if c.Proxy.UpstreamUsername != "" && c.Proxy.UpstreamPassword == "" {
+		v.add("proxy.upstream_username", c.Proxy.UpstreamUsername, "is set while proxy.upstream_password is empty",
+			"set the user's password too (HOTKEYD_PROXY_UPSTREAM_PASSWORD), or neither")
+	}
+	for _, r := range c.Proxy.UpstreamUsername {
+		if r <= 0x20 || r == 0x7f {
+			v.add("proxy.upstream_username", c.Proxy.UpstreamUsername, "contains a space or a control character", "use the ACL user's name")
+			break
+		}
+	}
 
 	v.dialAddr("monitor.addr", c.Monitor.Addr, false)
 	v.intRange("monitor.sample_every", c.Monitor.SampleEvery, 1, 1_000_000)
@@ -151,8 +169,11 @@ func (c Config) Validate() error {
 	return errors.Join(v.errs...)
 }
 
-// redacted stands for the value of auth.token wherever it would be shown.
+// redacted stands for the value of a secret key wherever it would be shown.
 const redacted = "***"
+
+// secretKeys are the keys whose values are never shown: not by YAML, not in errors.
+var secretKeys = map[string]bool{"auth.token": true, "proxy.upstream_password": true}
 
 // secret is a value that show prints as redacted.
 type secret struct{}

@@ -285,8 +285,9 @@ func (d *decoder) leaf(n *yaml.Node, k kind, dst reflect.Value, key string) bool
 }
 
 // YAML returns the configuration as a YAML document with every key, in the layout of the
-// file, such that loading it gives c back. A set auth.token is written as "***", so the
-// output is safe to print and share (but then does not load back to the same token).
+// file, such that loading it gives c back. A set auth.token or proxy.upstream_password
+// (secretKeys) is written as "***", so the output is safe to print and share (but then
+// does not load back to the same secret).
 func (c Config) YAML() ([]byte, error) {
 	root := encodeStruct(reflect.ValueOf(c), "")
 	var buf bytes.Buffer
@@ -333,7 +334,7 @@ func encodeStruct(v reflect.Value, prefix string) *yaml.Node {
 			vn.Style = yaml.FlowStyle
 		default:
 			x := fv.Interface()
-			if key == "auth.token" && x != "" {
+			if secretKeys[key] && x != "" {
 				x = redacted
 			}
 			vn = scalar(x)

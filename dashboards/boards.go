@@ -177,7 +177,7 @@ func overview() *Dashboard {
 		unit: "short", stack: true,
 		targets: []Target{series(`sum by (conn) (`+m("hotkeyd_proxy_clients")+`)`, "{{conn}}")}}.build())
 	l.add(12, 8, panel{typ: "timeseries", title: "Clients pinned to their own connection, by reason",
-		desc: "Clients per second the proxy tap moved off the shared connections (rate of hotkeyd_proxy_pins_total): command (AUTH, SELECT, MULTI, blocking pops, SUBSCRIBE, scripts…), malformed (bytes that do not parse), too_large (a command larger than the read buffer or than Redis takes). Shared connections that failed or were refused are in hotkeyd_proxy_shared_failures_total.",
+		desc: "Clients per second the proxy tap moved off the shared connections (rate of hotkeyd_proxy_pins_total): command (AUTH, SELECT, MULTI, blocking pops, SUBSCRIBE, scripts…), malformed (bytes that do not parse), too_large (a command larger than the read buffer or than Redis takes), auth (with proxy.upstream_password set: a command before the client authenticated with those credentials, or other credentials). Shared connections that failed or were refused are in hotkeyd_proxy_shared_failures_total.",
 		unit: "cps", bars: true,
 		targets: []Target{series(`sum by (reason) (rate(`+m("hotkeyd_proxy_pins_total")+`[$__rate_interval]))`, "{{reason}}")}}.build())
 	l.add(24, 5, panel{typ: "timeseries", title: "Proxy threads run as SCHED_BATCH",

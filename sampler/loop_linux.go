@@ -55,6 +55,7 @@ type muxLoop struct {
 	finished  []*loopClient // clients to close or hand back after this turn
 	failed    []int         // failed shared connections' descriptors, closed after this turn
 	routes    routeMemo     // where the last command name went
+	authArgs  authArgs      // parses AUTH and HELLO … AUTH again, with all their arguments
 }
 
 // The shared connections: up[upReads] and up[upWrites] speak RESP2, and the same
@@ -89,6 +90,7 @@ type loopClient struct {
 	owed    int    // replies Redis owes it
 	on      int    // the shared connection that owes them
 	resp3   bool   // it asked for RESP3 with HELLO 3
+	authed  bool   // with UpstreamPassword set: it authenticated with the configured credentials
 	rest    []byte // once pinning: what it sent that goes to its own connection
 	pinning bool   // it needs its own connection once settled
 	eof     bool   // it sent everything
@@ -471,7 +473,9 @@ func (l *muxLoop) update(c *loopClient) {
 
 // readClient reads what c sent and queues its whole plain commands for Redis. Its first
 // other command, bytes that do not parse, or a command larger than its buffer or than
-// Redis takes (maxCmd) pin it.
+// Redis takes (maxCmd) pin it. With UpstreamPassword set, so do any command before it
+// authenticated with the configured credentials and an AUTH with other credentials; an
+// AUTH with the configured ones is a plain command (see Proxy).
 func (l *muxLoop) readClient(c *loopClient) {
 	if c.closed || c.pinning || c.eof || l.throttled {
 		if l.draining && !c.closed && !c.eof {
@@ -508,8 +512,34 @@ func (l *muxLoop) readClient(c *loopClient) {
 		}
 		first := c.owed == 0 && cmds == 0 // it may pick its connection
 		shared, write := l.routes.route(ps.Name(), ps.Sub(), ps.NArgs())
+		proto, hello := 0, false // a HELLO that may be shared, and its protocol
 		if !shared {
-			proto, hello := helloProto(ps.Name(), ps.Sub(), ps.NArgs())
+			proto, hello = helloProto(ps.Name(), ps.Sub(), ps.NArgs())
+		}
+		authed := c.authed
+		if a := l.p.auth; a != nil && (!shared || !c.authed) {
+			// The shared connections are authenticated as the configured user: a
+			// client shares them only once it authenticated as that user too, with
+			// AUTH or HELLO AUTH, which the shared connection answers as it would
+			// the client's own (the same user again changes nothing there). Any
+			// other command before that, or other credentials, are for Redis to
+			// judge on a connection of the client's own.
+			// The command's bytes are c.in[end:]: those before it went to the queue.
+			kind, helloAs := l.authArgs.classify(a, ps.Name(), ps.NArgs(), c.in[end:ps.Offset()-c.base])
+			switch {
+			case kind == authMatch && helloAs == 0: // AUTH
+				authed, shared = true, true
+			case kind == authMatch: // HELLO 2|3 AUTH
+				authed, proto, hello = true, helloAs, true
+			case kind == authOther || !c.authed:
+				pin = &l.p.stats.pinAuth
+				pc.sent = 1
+			}
+			if pin != nil {
+				break
+			}
+		}
+		if !shared {
 			if !hello || !first || proto == 3 && l.noResp3 {
 				pin = &l.p.stats.pinCommand
 				pc.sent = 1 // it goes to the client's own connection (see below)
@@ -517,6 +547,7 @@ func (l *muxLoop) readClient(c *loopClient) {
 			}
 			c.resp3 = proto == 3 // the pair of that protocol answers the HELLO
 		}
+		c.authed = authed
 		if first {
 			c.on = upReads
 			if write {
@@ -821,7 +852,8 @@ func (l *muxLoop) finish() {
 }
 
 // handBack gives a pinned client a goroutine that dials it a connection of its own and
-// forwards its bytes from then on, starting with rest.
+// forwards its bytes from then on, starting with rest; that connection is first switched
+// to RESP3 and authenticated as the shared ones are, when the client did that on them.
 func (l *muxLoop) handBack(c *loopClient) {
 	p, pc := l.p, c.pc
 	f := os.NewFile(uintptr(c.fd), "client")
@@ -832,8 +864,8 @@ func (l *muxLoop) handBack(c *loopClient) {
 		p.untrack(pc)
 		return
 	}
-	rest, resp3 := c.rest, c.resp3
-	if !p.setConn(&pc.client, conn) || !p.goTracked(func() { pc.runOwn(rest, resp3) }) {
+	rest, resp3, authed := c.rest, c.resp3, c.authed
+	if !p.setConn(&pc.client, conn) || !p.goTracked(func() { pc.runOwn(rest, resp3, authed) }) {
 		_ = conn.Close()
 		p.untrack(pc)
 	}

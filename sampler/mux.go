@@ -31,7 +31,8 @@ const (
 )
 
 // muxRetry is how long the proxy gives every new client its own connection after a
-// shared connection could not be opened or was refused (Redis wants AUTH, say).
+// shared connection could not be opened or was refused (Redis wants AUTH, or refuses the
+// configured credentials, say).
 const muxRetry = 10 * time.Second
 
 // muxCommands are the commands a client may send on the shared connection, each with
@@ -120,10 +121,11 @@ func (p *Proxy) muxLoop() *muxLoop {
 	if l := p.loop; l != nil && l.alive() {
 		p.muxMu.Unlock()
 		// The shared connection was let in when it was opened; a Redis that has wanted
-		// AUTH since still serves it, but must not serve a new client that has not
-		// authenticated. So a new client passes only once a connection opened after it
-		// came has been let in without AUTH; clients that come together share that
-		// check (probeGate).
+		// AUTH (or other credentials) since still serves it, but must not serve a new
+		// client that has not authenticated. So a new client passes only once a
+		// connection opened after it came has been let in without AUTH, or with the
+		// configured credentials; clients that come together share that check
+		// (probeGate).
 		ran, err := p.probes.pass(p.checkShareable)
 		if err != nil {
 			if ran && p.ctx.Err() == nil { // not a check that Close cut short
@@ -165,7 +167,8 @@ func (p *Proxy) sharedFailedLocked(err error) {
 }
 
 // checkShareable opens and closes a connection to Redis: an error when a new connection
-// cannot be shared now (Redis wants AUTH, say).
+// cannot be shared now (Redis wants AUTH and no credentials are configured, or refuses
+// the configured ones, say).
 func (p *Proxy) checkShareable() error {
 	conn, err := p.openShared(false)
 	if err == nil {
@@ -178,9 +181,11 @@ func (p *Proxy) checkShareable() error {
 // clients that ask for it get connections of their own.
 var errNoResp3 = errors.New("the server does not switch to RESP3 (HELLO 3)")
 
-// openShared dials Redis and checks with a PING that the connection can be shared: a
-// Redis that wants AUTH answers -NOAUTH, and then each client must authenticate itself.
-// With resp3 it switches the connection to RESP3 with HELLO 3.
+// openShared dials Redis, authenticates the connection with the configured credentials
+// (AUTH) when there are some, and checks with a PING that the connection can be shared:
+// a Redis that wants AUTH answers -NOAUTH, and then each client must authenticate
+// itself. With resp3 it switches the connection to RESP3 with HELLO 3. Its errors never
+// show the password.
 func (p *Proxy) openShared(resp3 bool) (net.Conn, error) {
 	conn, err := p.dialer.DialContext(p.ctx, "tcp", p.upstream)
 	if err != nil {
@@ -188,13 +193,25 @@ func (p *Proxy) openShared(resp3 bool) (net.Conn, error) {
 	}
 	setNoDelay(conn)
 	_ = conn.SetDeadline(time.Now().Add(p.dialer.Timeout))
-	// A Redis that wants AUTH answers the PING with -NOAUTH.
 	var reply []byte
-	if reply, err = roundTrip(conn, "*1\r\n$4\r\nPING\r\n"); err == nil && string(reply) != "+PONG\r\n" {
-		err = fmt.Errorf("PING answered %q; want +PONG", reply)
+	if a := p.auth; a != nil {
+		// AUTH, not HELLO 3 AUTH for the RESP3 pair: a refusal is then plainly the
+		// credentials', and HELLO 3's that Redis has no RESP3.
+		if reply, err = roundTrip(conn, "AUTH", a.auth); err != nil {
+			err = fmt.Errorf("AUTH as user %q with the configured password: %w", a.user, err)
+		} else if string(reply) != "+OK\r\n" {
+			err = fmt.Errorf("AUTH as user %q with the configured password answered %q; want +OK",
+				a.user, a.redact(reply[:min(len(reply), 200)]))
+		}
+	}
+	// A Redis that wants AUTH answers the PING with -NOAUTH.
+	if err == nil {
+		if reply, err = roundTrip(conn, "PING", "*1\r\n$4\r\nPING\r\n"); err == nil && string(reply) != "+PONG\r\n" {
+			err = fmt.Errorf("PING answered %q; want +PONG", reply)
+		}
 	}
 	if err == nil && resp3 {
-		reply, err = roundTrip(conn, "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+		reply, err = roundTrip(conn, "HELLO 3", "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
 		switch {
 		case err != nil:
 			// twemproxy, which knows no HELLO, closes the connection.
@@ -236,7 +253,7 @@ func (p *Proxy) commandLimit(conn net.Conn) (int64, error) {
 		{"proto-max-bulk-len", redisProtoMaxBulkLen},
 		{"client-query-buffer-limit", redisClientQueryBufLimit},
 	} {
-		reply, err := roundTrip(conn, "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$"+
+		reply, err := roundTrip(conn, "CONFIG GET", "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$"+
 			strconv.Itoa(len(param.name))+"\r\n"+param.name+"\r\n")
 		if err != nil {
 			return 0, err
@@ -272,8 +289,9 @@ func configValue(reply []byte) (v int64, ok bool) {
 
 // roundTrip sends one command on conn and reads its whole reply, with the replyScanner
 // that splits the shared connections' replies. Redis answers nothing else on a new
-// connection, so bytes after the reply are an error.
-func roundTrip(conn net.Conn, command string) ([]byte, error) {
+// connection, so bytes after the reply are an error. Errors call the command name, not
+// command, which may hold a password.
+func roundTrip(conn net.Conn, name, command string) ([]byte, error) {
 	if _, err := io.WriteString(conn, command); err != nil {
 		return nil, err
 	}
@@ -286,7 +304,7 @@ func roundTrip(conn net.Conn, command string) ([]byte, error) {
 		reply = append(reply, buf[:k]...)
 		switch {
 		case done && k != n:
-			return nil, fmt.Errorf("%q answered with more than one reply", command)
+			return nil, fmt.Errorf("%s answered with more than one reply", name)
 		case done:
 			return reply, nil
 		case s.err != nil:

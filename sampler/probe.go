@@ -3,7 +3,7 @@ package sampler
 import "sync"
 
 // probeGate lets clients that connect together share one check that Redis still lets a
-// new connection in without AUTH (muxLoop), instead of each dialling Redis in turn. A
+// new connection in without AUTH, or with the configured credentials (muxLoop), instead of each dialling Redis in turn. A
 // client passes only on a check that started after it came, since Redis may have begun
 // to want a password just before: a client that comes while a check runs waits for the
 // next one, which every client that came meanwhile shares. Fifty clients connecting at

@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,6 +67,13 @@ type ProxyOptions struct {
 	// DrainTimeout bounds the drain that Serve runs when its context ends (see
 	// Shutdown): connections still open after it are closed. Default 5s.
 	DrainTimeout time.Duration
+	// UpstreamUsername and UpstreamPassword are the credentials the shared connections
+	// authenticate with, for a Redis that wants AUTH (requirepass, or ACL users): with a
+	// password set, a client shares them only once it has authenticated with exactly
+	// these credentials, and any other client gets a connection of its own (see Proxy).
+	// An empty username is Redis's user "default" (the legacy `AUTH password`). Without
+	// a password, a Redis that wants AUTH is not shared. The password is never logged.
+	UpstreamUsername, UpstreamPassword string
 	// Logger receives connection errors at debug level and accept errors at warn level.
 	// Default: none.
 	Logger *slog.Logger
@@ -102,9 +110,9 @@ const proxyBatches = 4
 // back reads), for each protocol: a client that opens with a plain HELLO 3 (go-redis v9,
 // Lettuce) is served by the RESP3 pair. CLIENT SETINFO and SELECT 0, which clients send
 // when they connect, are shared too: on a shared connection they change nothing that
-// matters. A client's first other command (AUTH, SELECT of another database, HELLO with
-// AUTH or SETNAME or after other commands, MULTI, WATCH, BLPOP, SUBSCRIBE, another
-// CLIENT subcommand, WAIT, EVAL, an unknown command), bytes that do not parse, or a
+// matters. A client's first other command (AUTH and HELLO with AUTH, except with the
+// configured credentials (see below), SELECT of another database, HELLO with SETNAME or
+// after other commands, MULTI, WATCH, BLPOP, SUBSCRIBE, another CLIENT subcommand, WAIT, EVAL, an unknown command), bytes that do not parse, or a
 // command larger than BufferSize or than Redis takes (its proto-max-bulk-len and
 // client-query-buffer-limit, asked with CONFIG GET when a shared connection opens) pins
 // it: once the shared connection has answered all it sent there, the client gets a
@@ -115,13 +123,32 @@ const proxyBatches = 4
 // there).
 // What a shared connection changes for a client that is never pinned is only what Redis
 // reports about connections (CLIENT LIST, INFO clients). WAIT and WAITAOF count the writes
-// a client made on its own connection, not those it made before the pin. A Redis that
-// wants AUTH cannot be shared: a new client goes on the shared connection only once a
-// connection opened after it came has had +PONG, not -NOAUTH, to a PING (clients that
-// connect together share that check); otherwise every client gets its own connection, as
-// with ConnPerClient, and the proxy tries sharing again after a while. When the shared
-// connection fails, the clients it owed replies are disconnected (those replies are lost,
-// as they would be with a direct connection) and the others go on over a new one.
+// a client made on its own connection, not those it made before the pin. A new client
+// goes on the shared connection only once a connection opened after it came has had
+// +PONG, not -NOAUTH, to a PING (clients that connect together share that check);
+// otherwise every client gets its own connection, as with ConnPerClient, and the proxy
+// tries sharing again after a while. So a Redis that wants AUTH is not shared, unless
+// ProxyOptions.UpstreamPassword (and UpstreamUsername, for an ACL user) are set: then
+// every shared connection, and the check's, authenticates with them (AUTH) before its
+// PING, and a client shares the connections only once it has authenticated as that
+// very user: its AUTH password, AUTH user password or HELLO 2|3 AUTH user password
+// (without SETNAME, sent as a RESP array) with the configured credentials goes over the
+// shared connection like a plain command — Redis answers it there as it would on the
+// client's own, and authenticating the shared connection as its own user again changes
+// nothing — and marks the client authenticated. Any other command from a client not yet
+// authenticated (which Redis would refuse with -NOAUTH), and any AUTH or HELLO AUTH with
+// other credentials (a wrong password, another ACL user), pins it (ProxyStats.Pins
+// PinAuth): on its own connection Redis answers it exactly as directly, and a client
+// never gets the configured user's rights over the shared connections without having
+// presented its credentials. An authenticated client that is pinned later has its own
+// connection authenticated with the configured credentials (HELLO 3 AUTH for a RESP3
+// client) before its bytes go there. The password is compared in constant time and never
+// logged. One window remains: a client that authenticates with the configured password
+// just after Redis stopped taking it (the check before it came passed) gets -WRONGPASS to
+// its AUTH, but the shared connections, authenticated before, still serve it.
+// When the shared connection fails, the clients it owed replies are disconnected (those
+// replies are lost, as they would be with a direct connection) and the others go on over
+// a new one.
 //
 // A client on a connection of its own has two goroutines, one per direction. The
 // client-to-server one writes what it read upstream first and only then parses its copy,
@@ -178,7 +205,8 @@ type Proxy struct {
 	muxRetryAt time.Time     // no shared connection before then
 	muxRetry   time.Duration // the wait after a shared connection failed: muxRetry, or a test's
 	sharedDown bool          // sharing failed and has not worked since: log when it does
-	probes     probeGate     // new clients' checks that Redis wants no AUTH
+	probes     probeGate     // new clients' checks that Redis lets a new connection in
+	auth       *upstreamAuth // the shared connections' credentials; nil when none are configured
 
 	ctx          context.Context // cancelled once the connections are gone or forced closed; bounds dials
 	cancel       context.CancelFunc
@@ -212,10 +240,12 @@ type ProxyStats struct {
 	SharedClients, OwnClients int64
 	// Pins counts clients moved from the shared connection to their own, by reason:
 	// PinCommand (a command that keeps state or blocks), PinMalformed (bytes that do not
-	// parse), PinTooLarge (a command larger than BufferSize or than Redis takes).
+	// parse), PinTooLarge (a command larger than BufferSize or than Redis takes), PinAuth
+	// (with UpstreamPassword set, a command before the client authenticated with the
+	// configured credentials, or an AUTH with others).
 	Pins map[string]uint64
 	// SharedFailures counts shared upstream connections that failed or could not be
-	// opened (Redis down, or wanting AUTH).
+	// opened (Redis down, wanting AUTH, or refusing the configured credentials).
 	SharedFailures uint64
 	// SchedBatch reports whether the proxy runs the process's threads as SCHED_BATCH
 	// now (ProxyOptions.SchedPolicy).
@@ -227,11 +257,13 @@ const (
 	PinCommand   = "command"
 	PinMalformed = "malformed"
 	PinTooLarge  = "too_large"
+	PinAuth      = "auth"
 )
 
 type proxyCounters struct {
 	shared, own                           atomic.Int64
 	pinCommand, pinMalformed, pinTooLarge atomic.Uint64
+	pinAuth                               atomic.Uint64
 	sharedFailures                        atomic.Uint64
 	reads, deepReads                      atomic.Uint64 // for SchedAuto: see countRead
 	schedBatch                            atomic.Bool
@@ -248,6 +280,7 @@ func (p *Proxy) Stats() ProxyStats {
 			PinCommand:   s.pinCommand.Load(),
 			PinMalformed: s.pinMalformed.Load(),
 			PinTooLarge:  s.pinTooLarge.Load(),
+			PinAuth:      s.pinAuth.Load(),
 		},
 		SharedFailures: s.sharedFailures.Load(),
 		SchedBatch:     s.schedBatch.Load(),
@@ -305,6 +338,7 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 		seed:       o.Seed,
 		log:        o.Logger,
 		multiplex:  !o.ConnPerClient,
+		auth:       newUpstreamAuth(o.UpstreamUsername, o.UpstreamPassword),
 		sched:      o.SchedPolicy,
 		schedEvery: defaults.Or(o.SchedInterval, DefaultProxySchedInterval),
 		muxRetry:   muxRetry,
@@ -590,14 +624,16 @@ func (pc *proxyConn) run() {
 	if l := p.muxLoop(); l != nil && l.adopt(pc) {
 		return // the loop serves it now
 	}
-	pc.runOwn(nil, false)
+	pc.runOwn(nil, false, false)
 }
 
 // runOwn serves the client over a connection of its own, first sending rest, what the
 // client sent before (to the shared connection's loop) that was not forwarded. With
-// resp3 the client switched to RESP3 with HELLO 3 on the shared connection, so its own
-// connection is switched too before rest goes out.
-func (pc *proxyConn) runOwn(rest []byte, resp3 bool) {
+// resp3 the client switched to RESP3 with HELLO 3 on the shared connection, and with
+// authed it authenticated there with the configured credentials, so its own connection
+// is switched and authenticated too (HELLO 3, AUTH, or HELLO 3 AUTH) before rest goes
+// out.
+func (pc *proxyConn) runOwn(rest []byte, resp3, authed bool) {
 	p := pc.p
 	p.stats.own.Add(1)
 	defer func() {
@@ -619,14 +655,10 @@ func (pc *proxyConn) runOwn(rest []byte, resp3 bool) {
 		return
 	}
 	setNoDelay(up)
-	if resp3 {
+	if resp3 || authed {
 		_ = up.SetDeadline(time.Now().Add(p.dialer.Timeout))
-		reply, err := roundTrip(up, "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
-		if err == nil && reply[0] != '%' {
-			err = fmt.Errorf("%w: answered %q; want a RESP3 map", errNoResp3, reply[:min(len(reply), 120)])
-		}
-		if err != nil {
-			p.log.Debug("proxy: switch a pinned RESP3 client's connection to RESP3", "err", err)
+		if err := p.setUpOwn(up, resp3, authed); err != nil {
+			p.log.Debug("proxy: prepare a pinned client's own connection as the shared one", "err", err)
 			return
 		}
 		_ = up.SetDeadline(time.Time{})
@@ -651,6 +683,33 @@ func (pc *proxyConn) runOwn(rest []byte, resp3 bool) {
 	}()
 	pc.toServer(make([]byte, p.bufSize))
 	<-back
+}
+
+// setUpOwn makes up, a pinned client's new connection, what the shared one was for the
+// client: RESP3 when resp3, authenticated with the configured credentials when authed.
+func (p *Proxy) setUpOwn(up net.Conn, resp3, authed bool) error {
+	name, command, want := "HELLO 3", "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n", "%"
+	switch {
+	case resp3 && authed:
+		name, command = "HELLO 3 AUTH", p.auth.hello3
+	case authed:
+		name, command, want = "AUTH", p.auth.auth, "+OK\r\n"
+	}
+	reply, err := roundTrip(up, name, command)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if !bytes.HasPrefix(reply, []byte(want)) {
+		if authed {
+			reply = p.auth.redact(reply)
+		}
+		err = fmt.Errorf("%s answered %q; want %q…", name, reply[:min(len(reply), 120)], want)
+		if resp3 && !authed {
+			err = fmt.Errorf("%w: %w", errNoResp3, err)
+		}
+		return err
+	}
+	return nil
 }
 
 func setNoDelay(c net.Conn) {

@@ -42,17 +42,22 @@ func TestUsageAndVersion(t *testing.T) {
 
 func TestPrintConfig(t *testing.T) {
 	t.Setenv("HOTKEYD_AUTH_TOKEN", "s3cret")
+	t.Setenv("HOTKEYD_PROXY_UPSTREAM_USERNAME", "tap")
+	t.Setenv("HOTKEYD_PROXY_UPSTREAM_PASSWORD", "redis-pw-s3")
 	out, _, err := runCmd(t, context.Background(), "serve", "--print-config", "--topk", "250")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"listen: 127.0.0.1:9736", "topk: 250", `token: '***'`} {
+	for _, want := range []string{"listen: 127.0.0.1:9736", "topk: 250", `token: '***'`, "upstream_username: tap", `upstream_password: '***'`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--print-config lacks %q:\n%s", want, out)
 		}
 	}
 	if strings.Contains(out, "s3cret") {
 		t.Error("--print-config shows the token")
+	}
+	if strings.Contains(out, "redis-pw-s3") {
+		t.Error("--print-config shows proxy.upstream_password")
 	}
 	if _, _, err := runCmd(t, context.Background(), "serve", "--http-listen", "nonsense"); err == nil || !strings.Contains(err.Error(), "http.listen") {
 		t.Errorf("bad --http-listen: %v; want an error naming http.listen", err)

@@ -107,19 +107,22 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 		}
 		opts.Sources = append(opts.Sources, func(sink sampler.Sink) (agent.Source, error) {
 			p, err := sampler.NewProxy(sampler.ProxyOptions{
-				Listen:        cfg.Proxy.Listen,
-				Upstream:      cfg.Proxy.Upstream,
-				SampleEvery:   cfg.Proxy.SampleEvery,
-				ConnPerClient: !cfg.Proxy.Multiplex,
-				SchedPolicy:   sched,
-				MaxKeyBytes:   cfg.Limits.MaxKeyBytes,
-				Sink:          sink,
-				Logger:        log,
+				Listen:           cfg.Proxy.Listen,
+				Upstream:         cfg.Proxy.Upstream,
+				UpstreamUsername: cfg.Proxy.UpstreamUsername,
+				UpstreamPassword: cfg.Proxy.UpstreamPassword,
+				SampleEvery:      cfg.Proxy.SampleEvery,
+				ConnPerClient:    !cfg.Proxy.Multiplex,
+				SchedPolicy:      sched,
+				MaxKeyBytes:      cfg.Limits.MaxKeyBytes,
+				Sink:             sink,
+				Logger:           log,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("proxy.listen %q: %w", cfg.Proxy.Listen, err)
 			}
-			log.Info("proxy tap listening", "listen", p.Addr(), "upstream", cfg.Proxy.Upstream, "multiplex", cfg.Proxy.Multiplex)
+			log.Info("proxy tap listening", "listen", p.Addr(), "upstream", cfg.Proxy.Upstream, "multiplex", cfg.Proxy.Multiplex,
+				"upstream_auth", cfg.Proxy.UpstreamPassword != "")
 			if err := checkUpstream(cfg.Proxy.Upstream); err != nil {
 				log.Warn("proxy.upstream does not answer; its clients get errors until it does (check the address if Redis is up)",
 					"upstream", cfg.Proxy.Upstream, "err", err)
