@@ -58,10 +58,13 @@ var muxCommands = func() map[string]bool {
 
 // muxRoute reports whether a command may go over the shared connection, from its name,
 // its second argument and its number of arguments, and whether it goes to the writes
-// connection; byName says the name alone decided. Besides muxCommands, two commands
+// connection; byName says the name alone decided. Besides muxCommands, three commands
 // that clients send when they connect are no-ops there: CLIENT SETINFO (library name
-// and version, which redis-py, Jedis and node-redis send) only labels the shared
-// connection in CLIENT LIST, and SELECT 0 selects the database it is always on. XREAD is
+// and version, which redis-py, Jedis, node-redis and go-redis send) only labels the
+// shared connection in CLIENT LIST; CLIENT MAINT_NOTIFICATIONS (go-redis v9 sends it by
+// default) is refused by a Redis without it, which go-redis takes, and on one with it
+// turns on pushes that answer no command, which the shared connections skip; and SELECT
+// 0 selects the database it is always on. XREAD is
 // shared when its second argument is STREAMS: it has no BLOCK option then, and never
 // blocks; the BLOCK option may come after COUNT, which is not looked at.
 func muxRoute(name, sub []byte, nargs int) (shared, write, byName bool) {
@@ -75,7 +78,7 @@ func muxRoute(name, sub []byte, nargs int) (shared, write, byName bool) {
 	}
 	switch string(upper) {
 	case "CLIENT":
-		return bytes.EqualFold(sub, []byte("SETINFO")), false, false
+		return bytes.EqualFold(sub, []byte("SETINFO")) || bytes.EqualFold(sub, []byte("MAINT_NOTIFICATIONS")), false, false
 	case "SELECT":
 		return nargs == 2 && string(sub) == "0", false, false
 	case "XREAD":

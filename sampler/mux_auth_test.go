@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/hotkeyd/hotkeyd/internal/logbuf"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
@@ -90,12 +89,9 @@ func TestMuxAuthShared(t *testing.T) {
 		c.expect(t, muxBulk("v"+strconv.Itoa(i)), "GET", "auth:k"+strconv.Itoa(i))
 	}
 
-	// go-redis v9 sends HELLO 3 AUTH default pass. Left in its default mode, it then
-	// sends CLIENT MAINT_NOTIFICATIONS, which pins it (TestMuxAuthPinnedAuthenticated).
-	gc := redis.NewClient(&redis.Options{
-		Addr: addr, Password: authPass, PoolSize: 1,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
+	// go-redis v9 sends HELLO 3 AUTH default pass, CLIENT SETINFO and CLIENT
+	// MAINT_NOTIFICATIONS, all shared.
+	gc := redis.NewClient(&redis.Options{Addr: addr, Password: authPass, PoolSize: 1})
 	defer gc.Close()
 	if err := gc.Set(ctx, "auth:go", "g", 0).Err(); err != nil {
 		t.Fatalf("go-redis with the password, SET: %v", err)
@@ -293,14 +289,16 @@ func TestMuxAuthPinnedAuthenticated(t *testing.T) {
 	r3.expect(t, "*1\r\n%0\r\n", "EXEC")
 	r3.expect(t, "_\r\n", "GET", "pin:none")
 
-	// go-redis v9 in its default mode: HELLO 3 AUTH default pass on the shared
-	// connections, then CLIENT MAINT_NOTIFICATIONS pins it, and its own connection gets
-	// HELLO 3 AUTH default pass.
+	// go-redis v9: HELLO 3 AUTH default pass on the shared connections; a transaction
+	// (MULTI) pins it, and its own connection gets HELLO 3 AUTH default pass.
 	gc := redis.NewClient(&redis.Options{Addr: addr, Password: authPass, PoolSize: 1})
 	defer gc.Close()
 	ctx := context.Background()
-	if err := gc.Set(ctx, "pin:go", "g", 0).Err(); err != nil {
-		t.Fatalf("go-redis, pinned: SET: %v", err)
+	if _, err := gc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "pin:go", "g", 0)
+		return nil
+	}); err != nil {
+		t.Fatalf("go-redis, pinned by MULTI: SET: %v", err)
 	}
 	if got, err := gc.HGetAll(ctx, "pin:none").Result(); err != nil || len(got) != 0 {
 		t.Fatalf("go-redis, pinned: HGETALL: got %v, %v; want an empty map", got, err)
@@ -310,7 +308,7 @@ func TestMuxAuthPinnedAuthenticated(t *testing.T) {
 	}
 
 	// Pinned by a command: MULTI twice, BLPOP, SUBSCRIBE, PUBLISH, WATCH and
-	// go-redis's CLIENT MAINT_NOTIFICATIONS; none for AUTH.
+	// go-redis's MULTI; none for AUTH.
 	waitFor(t, "the counts", func() bool {
 		st := p.Stats()
 		return st.Pins[sampler.PinCommand] == 7 && st.Pins[sampler.PinAuth] == 0 && st.SharedFailures == 0

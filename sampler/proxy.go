@@ -108,16 +108,17 @@ const proxyBatches = 4
 // goes back to the client whose command it answers. There is one shared connection for
 // reads and one for writes (so that writes Redis holds back during a failover do not hold
 // back reads), for each protocol: a client that opens with a plain HELLO 3 (go-redis v9,
-// Lettuce) is served by the RESP3 pair. CLIENT SETINFO and SELECT 0, which clients send
-// when they connect, are shared too: on a shared connection they change nothing that
-// matters. A client's first other command (AUTH and HELLO with AUTH, except with the
-// configured credentials (see below), SELECT of another database, HELLO with SETNAME or
-// after other commands, MULTI, WATCH, BLPOP, SUBSCRIBE, another CLIENT subcommand, WAIT, EVAL, an unknown command), bytes that do not parse, or a
-// command larger than BufferSize or than Redis takes (its proto-max-bulk-len and
-// client-query-buffer-limit, asked with CONFIG GET when a shared connection opens) pins
-// it: once the shared connection has answered all it sent there, the client gets a
-// connection of its own and from then on its bytes pass both ways untouched, so
-// everything Redis speaks keeps working — pipelining, AUTH and SELECT, blocking
+// Lettuce) is served by the RESP3 pair. CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS
+// (go-redis v9) and SELECT 0, which clients send when they connect, are shared too: on a
+// shared connection they change nothing that matters. A client's first other command
+// (AUTH and HELLO with AUTH, except with the configured credentials (see below), SELECT
+// of another database, HELLO with SETNAME or after other commands, MULTI, WATCH, BLPOP,
+// SUBSCRIBE, another CLIENT subcommand, WAIT, EVAL, an unknown command), bytes that do
+// not parse, or a command larger than BufferSize or than Redis takes (its
+// proto-max-bulk-len and client-query-buffer-limit, asked with CONFIG GET when a shared
+// connection opens) pins it: once the shared connection has answered all it sent there,
+// the client gets a connection of its own and from then on its bytes pass both ways
+// untouched, so everything Redis speaks keeps working — pipelining, AUTH and SELECT, blocking
 // commands, MULTI/EXEC, pub/sub, RESP3, MONITOR (a client that switched to RESP3 on the
 // shared connection has its own one switched too, with HELLO 3, before its bytes go
 // there).
