@@ -12,27 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// failScan is a go-redis hook that fails the next SCAN command once armed (a primary
-// unreachable for a moment), without sending it.
-type failScan struct{ armed *atomic.Bool }
-
-func (failScan) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (f failScan) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if strings.EqualFold(cmd.Name(), "scan") && f.armed.CompareAndSwap(true, false) {
-			err := errors.New("LOADING Redis is loading the dataset in memory")
-			cmd.SetErr(err)
-			return err
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (failScan) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // TestSweepRetriedAfterFailReview3: the periodic scan took the fleet's turn (SweepKey)
 // and then failed (one SCAN refused). It stays due and the next round runs it again, as
 // handleScan promises ("the periodic scan stays due"): the turn is this executor's own,
@@ -46,7 +25,7 @@ func TestSweepRetriedAfterFailReview3(t *testing.T) {
 	var armed atomic.Bool
 	rdb := redis.NewClient(&redis.Options{Addr: b.addrs[0]})
 	defer rdb.Close()
-	rdb.AddHook(failScan{&armed})
+	rdb.AddHook(failScans{on: &armed, tries: new(atomic.Int64), once: true})
 
 	const grace = time.Minute
 	clock := newExecClock()
@@ -122,24 +101,29 @@ func TestClaimKeyPrunedOnRenewReview3(t *testing.T) {
 	b.exist(t, "B's copies", names)
 }
 
-// failScans is a go-redis hook that fails every SCAN while on (a primary unreachable for
-// minutes), counting them.
+// failScans is a go-redis hook that fails SCAN commands while on (a primary unreachable),
+// without sending them, counting them in tries; with once it turns itself off after the
+// first.
 type failScans struct {
 	on    *atomic.Bool
 	tries *atomic.Int64
+	once  bool
 }
 
 func (failScans) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (f failScans) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if strings.EqualFold(cmd.Name(), "scan") && f.on.Load() {
-			f.tries.Add(1)
-			err := errors.New("CLUSTERDOWN The cluster is down")
-			cmd.SetErr(err)
-			return err
+		if !strings.EqualFold(cmd.Name(), "scan") {
+			return next(ctx, cmd)
 		}
-		return next(ctx, cmd)
+		if fail := f.on.Load() && (!f.once || f.on.CompareAndSwap(true, false)); !fail {
+			return next(ctx, cmd)
+		}
+		f.tries.Add(1)
+		err := errors.New("LOADING Redis is loading the dataset in memory")
+		cmd.SetErr(err)
+		return err
 	}
 }
 
@@ -160,7 +144,7 @@ func TestScanRetryBacksOff(t *testing.T) {
 	var tries atomic.Int64
 	rdb := redis.NewClient(&redis.Options{Addr: b.addrs[0]})
 	defer rdb.Close()
-	rdb.AddHook(failScans{&on, &tries})
+	rdb.AddHook(failScans{on: &on, tries: &tries})
 
 	const refresh, grace = time.Second, time.Minute
 	clock := newExecClock()

@@ -354,18 +354,7 @@ func TestProxyRedisBenchmarkAuth(t *testing.T) {
 	for _, srv := range []*redistest.Server{direct, proxied} {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: authPass})
 		defer c.Close()
-		stats := commandCalls(t, c)
-		for _, cmd := range []string{"set", "get", "incr", "lpush", "mset"} {
-			if stats[cmd] != 2*n {
-				t.Errorf("%s: cmdstat_%s calls %d; want %d", srv.Addr(), cmd, stats[cmd], 2*n)
-			}
-		}
-		if got := sumKeys(t, c, "counter*", func(k string) int64 { v, _ := c.Get(ctx, k).Int64(); return v }); got != 2*n {
-			t.Errorf("%s: sum of counters %d; want %d", srv.Addr(), got, 2*n)
-		}
-		if got := sumKeys(t, c, "mylist*", func(k string) int64 { return c.LLen(ctx, k).Val() }); got != 2*n {
-			t.Errorf("%s: sum of list lengths %d; want %d", srv.Addr(), got, 2*n)
-		}
+		checkBenchmarkEffects(ctx, t, c, srv.Addr(), 2*n)
 	}
 	if st := p.Stats(); st.Pins[sampler.PinAuth] != 0 || st.SharedFailures != 0 {
 		t.Errorf("stats %+v; want no client pinned for AUTH, no shared failure", st)

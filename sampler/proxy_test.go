@@ -401,20 +401,7 @@ func testProxyRedisBenchmark(t *testing.T, perClient bool) {
 	for _, srv := range []*redistest.Server{direct, proxied} {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 		defer c.Close()
-		stats := commandCalls(t, c)
-		// Every request arrived exactly once: no loss, no duplicates.
-		for _, cmd := range []string{"set", "get", "incr", "lpush", "mset"} {
-			if stats[cmd] != 2*n {
-				t.Errorf("%s: cmdstat_%s calls %d; want %d", srv.Addr(), cmd, stats[cmd], 2*n)
-			}
-		}
-		// The INCRs went to counter:__rand_int__ keys; together they count every one.
-		if got := sumKeys(t, c, "counter*", func(k string) int64 { v, _ := c.Get(ctx, k).Int64(); return v }); got != 2*n {
-			t.Errorf("%s: sum of counters %d; want %d", srv.Addr(), got, 2*n)
-		}
-		if got := sumKeys(t, c, "mylist*", func(k string) int64 { return c.LLen(ctx, k).Val() }); got != 2*n {
-			t.Errorf("%s: sum of list lengths %d; want %d", srv.Addr(), got, 2*n)
-		}
+		checkBenchmarkEffects(ctx, t, c, srv.Addr(), 2*n)
 	}
 	if sink.drop(sampler.DropMalformed) != 0 {
 		t.Errorf("malformed drops %d; want 0", sink.drop(sampler.DropMalformed))
@@ -1061,4 +1048,24 @@ func startDirect(t *testing.T) (*redistest.Server, *redis.Client) {
 		t.Fatal(err)
 	}
 	return srv, direct
+}
+
+// checkBenchmarkEffects checks what redis-benchmark's set, get, incr, lpush and mset
+// tests, run for want requests each in all, left on the Redis c is connected to (at
+// addr): every request arrived exactly once, no loss and no duplicates.
+func checkBenchmarkEffects(ctx context.Context, t *testing.T, c *redis.Client, addr string, want int) {
+	t.Helper()
+	stats := commandCalls(t, c)
+	for _, cmd := range []string{"set", "get", "incr", "lpush", "mset"} {
+		if stats[cmd] != want {
+			t.Errorf("%s: cmdstat_%s calls %d; want %d", addr, cmd, stats[cmd], want)
+		}
+	}
+	// The INCRs went to counter:__rand_int__ keys; together they count every one.
+	if got := sumKeys(t, c, "counter*", func(k string) int64 { v, _ := c.Get(ctx, k).Int64(); return v }); got != int64(want) {
+		t.Errorf("%s: sum of counters %d; want %d", addr, got, want)
+	}
+	if got := sumKeys(t, c, "mylist*", func(k string) int64 { return c.LLen(ctx, k).Val() }); got != int64(want) {
+		t.Errorf("%s: sum of list lengths %d; want %d", addr, got, want)
+	}
 }
