@@ -144,9 +144,12 @@ const proxyBatches = 4
 // presented its credentials. An authenticated client that is pinned later has its own
 // connection authenticated with the configured credentials (HELLO 3 AUTH for a RESP3
 // client) before its bytes go there. The password is compared in constant time and never
-// logged. One window remains: a client that authenticates with the configured password
-// just after Redis stopped taking it (the check before it came passed) gets -WRONGPASS to
-// its AUTH, but the shared connections, authenticated before, still serve it.
+// logged. One gap remains when the password is rotated: a client that presents the old
+// configured password after Redis stopped taking it (connected before the rotation, or
+// just after with the check before it passed) gets -WRONGPASS to its AUTH, but the
+// shared connections, authenticated before, still serve it until they are reopened —
+// with the password it knew, so no more than it could have had directly before the
+// rotation. Configure the new password and restart the tap when rotating.
 // When the shared connection fails, the clients it owed replies are disconnected (those
 // replies are lost, as they would be with a direct connection) and the others go on over
 // a new one.
