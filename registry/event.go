@@ -164,9 +164,8 @@ func decodeEvent(data []byte, limit int) (Event, error) {
 	if limit > 0 && len(data) > limit {
 		return Event{}, invalid("", "", "document is %d bytes: at most %d allowed", len(data), limit)
 	}
-	if at := jsontext.LoneSurrogate(data); at >= 0 {
-		// encoding/json would read it as U+FFFD: a pattern would name other keys.
-		return Event{}, invalid("", "", "%v: write the character itself, or both halves", jsontext.LoneSurrogateError(data, at))
+	if err := checkText(data, 0, len(data)); err != nil {
+		return Event{}, err
 	}
 	var w wireEvent
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -204,6 +203,24 @@ func decodeEvent(data []byte, limit int) (Event, error) {
 		return Event{}, err
 	}
 	return e, nil
+}
+
+// checkText refuses in doc[start:end], JSON text, what encoding/json would read as
+// U+FFFD: a byte that is not UTF-8, or a \u escape of half a surrogate pair. A pattern
+// holding one would name other keys. The error names the byte in doc.
+func checkText(doc []byte, start, end int) error {
+	b := doc[start:end]
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return invalid("", "", "byte %d (%#02x) is not UTF-8: JSON text must be; write the character itself or its \\u escape", start+i, b[i])
+		}
+		i += n
+	}
+	if at := jsontext.LoneSurrogate(b); at >= 0 {
+		return invalid("", "", "%v: write the character itself, or both halves", jsontext.LoneSurrogateError(doc, start+at))
+	}
+	return nil
 }
 
 // jsonError turns an encoding/json error into an InvalidError naming the field.

@@ -83,8 +83,15 @@ func OpenFile(path string, o FileOptions) (*FileStore, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("registry: %s: data after the document, which ends at byte %d: want one {\"version\":N,\"events\":[…]}", path, end)
 	}
+	from := 0 // where the next event's raw text is looked for, so that errors name bytes in the file
 	for i, raw := range doc.Events {
-		e, err := decodeEvent(raw, 0)
+		at := from + bytes.Index(data[from:], raw)
+		from = at + len(raw)
+		err := checkText(data, at, from)
+		var e Event
+		if err == nil {
+			e, err = decodeEvent(raw, 0)
+		}
 		if err == nil && e.ID == "" {
 			err = invalid("", "id", "required in a stored event")
 		}

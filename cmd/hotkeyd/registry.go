@@ -13,6 +13,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 const registryUsage = `Usage:
@@ -122,7 +125,7 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		}
 		var pretty bytes.Buffer
 		_ = json.Indent(&pretty, reply, "", "  ")
-		_, err := fmt.Fprintln(stdout, pretty.String())
+		_, err := fmt.Fprintln(stdout, terminalJSON(pretty.String()))
 		return err
 	case "add":
 		var body []byte
@@ -152,7 +155,7 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		if err := c.do(ctx, http.MethodPost, base, body, &stored); err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, "registered", stored.ID)
+		fmt.Fprintln(stdout, "registered", tableCell(stored.ID)) // the server's words
 		return nil
 	}
 	fmt.Fprint(stderr, registryUsage)
@@ -168,6 +171,28 @@ type apiClient struct {
 // tableCell returns s as one cell of a table on a terminal: every character that is not
 // printable, the newline too, as its Go escape.
 func tableCell(s string) string { return strings.ReplaceAll(escapeControls(s), "\n", `\n`) }
+
+// terminalJSON returns s, JSON text as json.Indent writes it, with each character that
+// is not printable written as its \u escape and each byte that is not UTF-8 as \ufffd,
+// which is what a JSON reader reads for it: the same JSON, with nothing a terminal takes
+// for a control. Outside its strings, such JSON holds only printable ASCII and newlines.
+func terminalJSON(s string) string {
+	var b strings.Builder
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == '\n' || unicode.IsPrint(r) && !(r == utf8.RuneError && size == 1):
+			b.WriteString(s[:size])
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&b, `\u%04x\u%04x`, r1, r2)
+		default: // a bad byte decodes as utf8.RuneError, U+FFFD
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+		s = s[size:]
+	}
+	return b.String()
+}
 
 func (c *apiClient) do(ctx context.Context, method, u string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))

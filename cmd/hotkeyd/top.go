@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hotkeyd/hotkeyd/agent"
+	"golang.org/x/text/width"
 )
 
 // topMaxN is the largest n that GET /v1/topk accepts.
@@ -303,17 +304,15 @@ func cells(s string) int {
 	return w
 }
 
-// runeCells is the number of terminal cells r takes: 0 for combining marks, 2 for East
-// Asian wide and fullwidth characters and emoji, else 1.
+// runeCells is the number of terminal cells r takes: 0 for combining marks, 2 for the
+// characters Unicode gives an East Asian Width of wide or fullwidth (ideographs, kana,
+// Hangul, fullwidth forms and the emoji shown as emoji: 😀, 🚀, ⚡), else 1.
 func runeCells(r rune) int {
-	switch {
-	case unicode.In(r, unicode.Mn, unicode.Me):
+	if unicode.In(r, unicode.Mn, unicode.Me) {
 		return 0
-	case r >= 0x1100 && r <= 0x115F, r >= 0x2E80 && r <= 0x303E, r >= 0x3041 && r <= 0x33FF,
-		r >= 0x3400 && r <= 0x4DBF, r >= 0x4E00 && r <= 0x9FFF, r >= 0xA000 && r <= 0xA4CF,
-		r >= 0xAC00 && r <= 0xD7A3, r >= 0xF900 && r <= 0xFAFF, r >= 0xFE30 && r <= 0xFE4F,
-		r >= 0xFF00 && r <= 0xFF60, r >= 0xFFE0 && r <= 0xFFE6, r >= 0x1F300 && r <= 0x1F64F,
-		r >= 0x1F900 && r <= 0x1F9FF, r >= 0x20000 && r <= 0x3FFFD:
+	}
+	switch width.LookupRune(r).Kind() {
+	case width.EastAsianWide, width.EastAsianFullwidth:
 		return 2
 	}
 	return 1
