@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/detector"
@@ -104,8 +105,17 @@ func countHot(levels []detector.Level) int {
 	return n
 }
 
-// loop evaluates the window every tick until ctx ends.
+// loop evaluates the window every tick until ctx ends; meanwhile a goroutine of its own
+// reads the registry (checkRegistry).
 func (a *Agent) loop(ctx context.Context) {
+	kick := make(chan time.Time, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { a.followRegistry(ctx, kick) })
+	a.events.kick = kick
+	defer func() {
+		wg.Wait()
+		a.events.kick = nil // evaluate after the loop (Run's last) reads the registry itself
+	}()
 	t := time.NewTicker(a.opts.Detector.Tick)
 	defer t.Stop()
 	for {
@@ -152,7 +162,7 @@ func (a *Agent) evaluate() {
 	snap := a.rankedSnapshot(now)
 	levels, changes := a.tracker.Update(&snap)
 	a.det.Advance(now)
-	a.refreshIndex(now)
+	a.checkRegistry(now)
 	stats, predicted := a.predict(now, levels, snap.Covered)
 	a.metrics.surprises.Add(float64(a.observe(now, levels)))
 	if plan, changed := a.planner.Update(now, stats, a.namer()); changed {

@@ -19,11 +19,13 @@ import (
 const maxEventBytes = registry.MaxEventJSON
 
 // events holds the agent's view of the registry: the store, the index built from it, and
-// the tracker of prediction against reality. Only the evaluation loop writes index and
-// version; handlers read index through the atomic pointer in Agent.
+// the tracker of prediction against reality. Only refreshIndex writes index and version:
+// called by followRegistry while the evaluation loop runs, else by evaluate itself;
+// handlers read index through the atomic pointer in Agent.
 type events struct {
 	store     registry.Store
 	tracker   *registry.Tracker
+	kick      chan time.Time // set while the loop runs: evaluate hands the registry reads to followRegistry
 	version   uint64    // store version the index was built from
 	loaded    bool      // the index was built from the store at least once
 	partial   bool      // the index left out stored events that could not be read
@@ -31,18 +33,46 @@ type events struct {
 	lastError string    // last index error logged, to log each once
 }
 
+// checkRegistry has the index rebuilt if the store changed (refreshIndex): in the
+// background while the evaluation loop runs, so that a registry in a Redis that hangs —
+// maybe the node a hot key overloads — never holds up detection; else (tests that drive
+// evaluate) at once.
+func (a *Agent) checkRegistry(now time.Time) {
+	if k := a.events.kick; k != nil {
+		select {
+		case k <- now:
+		default: // a check is queued already
+		}
+		return
+	}
+	a.refreshIndex(context.Background(), now)
+}
+
+// followRegistry runs the registry checks that the evaluation loop hands it, until ctx
+// ends.
+func (a *Agent) followRegistry(ctx context.Context, kick <-chan time.Time) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-kick:
+			a.refreshIndex(ctx, now)
+		}
+	}
+}
+
 // refreshIndex rebuilds the index when the store changed, reading its version at most
 // once a second (a Redis store costs a round trip). Stored events the store cannot read
 // (registry.ErrUnreadable) do not hide the others: the index is built from the readable
 // ones, the error is logged once, and the store is listed again at every check until it
 // reads whole.
-func (a *Agent) refreshIndex(now time.Time) {
+func (a *Agent) refreshIndex(ctx context.Context, now time.Time) {
 	ev := &a.events
 	if now.Sub(ev.checked) < time.Second {
 		return
 	}
 	ev.checked = now
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	v, err := ev.store.Version(ctx)
 	if err != nil {

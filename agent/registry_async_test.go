@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+	"github.com/hotkeyd/hotkeyd/registry"
+)
+
+// timedStore is a registry store that records when each Version call began and ended.
+type timedStore struct {
+	registry.Store
+	mu    sync.Mutex
+	calls [][2]time.Time
+}
+
+func (s *timedStore) Version(ctx context.Context) (uint64, error) {
+	start := time.Now()
+	v, err := s.Store.Version(ctx)
+	s.mu.Lock()
+	s.calls = append(s.calls, [2]time.Time{start, time.Now()})
+	s.mu.Unlock()
+	return v, err
+}
+
+// during reports whether t falls strictly inside one of the Version calls.
+func (s *timedStore) during(t time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.calls {
+		if c[0].Before(t) && t.Before(c[1]) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRegistryReadsDoNotHoldTicks: with the registry in Redis (every agent of a fleet),
+// a Redis that hangs — the node may be the very one a hot key overloads — must not hold
+// up the evaluation loop: detection goes on while the registry is read. The test pauses
+// Redis (SIGSTOP), so that each registry read waits for its timeout, and wants an
+// evaluation published while a read is under way, which cannot happen if the loop
+// itself waits for the read.
+func TestRegistryReadsDoNotHoldTicks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	rs, err := registry.NewRedis(rdb, registry.RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &timedStore{Store: rs}
+	a, err := New(Options{Events: store, HTTPListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	srv.Pause(t)
+	defer srv.Resume(t)
+	deadline := time.Now().Add(10 * time.Second)
+	seen := 0
+	var last time.Time
+	for ; time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		at := a.view.Load().at
+		if at.Equal(last) {
+			continue
+		}
+		last = at
+		seen++
+		if store.during(at) {
+			return // an evaluation while a registry read waited on the paused Redis
+		}
+	}
+	t.Fatalf("no evaluation published during a registry read of the paused Redis in 10 s (%d evaluations in all): the evaluation loop waits for the registry", seen)
+}
