@@ -26,11 +26,11 @@ type events struct {
 	store     registry.Store
 	tracker   *registry.Tracker
 	kick      chan time.Time // set while the loop runs: evaluate hands the registry reads to followRegistry
-	version   uint64    // store version the index was built from
-	loaded    bool      // the index was built from the store at least once
-	partial   bool      // the index left out stored events that could not be read
-	checked   time.Time // last time the store version was read
-	lastError string    // last index error logged, to log each once
+	version   uint64         // store version the index was built from
+	loaded    bool           // the index was built from the store at least once
+	partial   bool           // the index left out stored events that could not be read
+	checked   time.Time      // last time the store version was read
+	lastError string         // last index error logged, to log each once
 }
 
 // checkRegistry has the index rebuilt if the store changed (refreshIndex): in the
