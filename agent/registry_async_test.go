@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +12,8 @@ import (
 	"github.com/hotkeyd/hotkeyd/registry"
 )
 
-// timedStore is a registry store that records when each Version call began and ended.
+// timedStore is a registry store that records when each Version call began and, once
+// it has, when it ended (zero while it runs).
 type timedStore struct {
 	registry.Store
 	mu    sync.Mutex
@@ -21,20 +21,24 @@ type timedStore struct {
 }
 
 func (s *timedStore) Version(ctx context.Context) (uint64, error) {
-	start := time.Now()
+	s.mu.Lock()
+	i := len(s.calls)
+	s.calls = append(s.calls, [2]time.Time{time.Now()})
+	s.mu.Unlock()
 	v, err := s.Store.Version(ctx)
 	s.mu.Lock()
-	s.calls = append(s.calls, [2]time.Time{start, time.Now()})
+	s.calls[i][1] = time.Now()
 	s.mu.Unlock()
 	return v, err
 }
 
-// during reports whether t falls strictly inside one of the Version calls.
+// during reports whether t falls strictly inside one of the Version calls, ended or
+// still running.
 func (s *timedStore) during(t time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.calls {
-		if c[0].Before(t) && t.Before(c[1]) {
+		if c[0].Before(t) && (c[1].IsZero() || t.Before(c[1])) {
 			return true
 		}
 	}
@@ -59,19 +63,7 @@ func TestRegistryReadsDoNotHoldTicks(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := &timedStore{Store: rs}
-	a, err := New(Options{Events: store, HTTPListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	a := runAgent(t, Options{Events: store})
 
 	srv.Pause(t)
 	defer srv.Resume(t)

@@ -195,19 +195,7 @@ func TestErrorsAreJSON(t *testing.T) {
 // TestUDPMaxSamplesPerReport: limits.max_samples_per_report caps the samples of one
 // datagram as of one POST /v1/samples: a datagram with more is dropped as too_large.
 func TestUDPMaxSamplesPerReport(t *testing.T) {
-	a, err := New(Options{UDPListen: "127.0.0.1:0", UDPReaders: 1, MaxSamplesPerReport: 2, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	a := runAgent(t, Options{UDPReaders: 1, MaxSamplesPerReport: 2})
 	conn, err := net.Dial("udp", a.UDPAddr().String())
 	if err != nil {
 		t.Fatal(err)
