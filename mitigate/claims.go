@@ -110,23 +110,28 @@ local ttl = tonumber(last[2]) - tonumber(ARGV[3]) + tonumber(ARGV[4])
 redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
 return 1`)
 
-// deleteIfUnclaimed (on the copy's node). KEYS: a copy, its claim key. ARGV: executor
-// id, now (unix ms). It drops the expired claims, then, if another executor's claim is
-// live, returns that executor's id and deletes nothing; else it deletes the copy and
-// returns how many keys it deleted. Checking and deleting in one script leaves no window
-// for a claim to arrive in between.
-var deleteIfUnclaimed = newScript(`
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2])
-for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, 1)) do
+// liveOtherClaim is the Lua both claim checks start with. KEYS[1]: a claim key. ARGV[1]:
+// executor id; ARGV[2]: now (unix ms). It drops the expired claims and returns the id of
+// another executor whose claim is live, if there is one.
+const liveOtherClaim = `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, 1)) do
   if id ~= ARGV[1] then return id end
 end
-return redis.call('DEL', KEYS[1])`)
+`
+
+// deleteIfUnclaimed (on the copy's node). KEYS: a copy's claim key, the copy. ARGV:
+// executor id, now (unix ms). If another executor's claim is live it returns that
+// executor's id and deletes nothing; else it deletes the copy and returns how many keys
+// it deleted. Checking and deleting in one script leaves no window for a claim to arrive
+// in between.
+var deleteIfUnclaimed = newScript(liveOtherClaim + `return redis.call('DEL', KEYS[2])`)
 
 // deleteUnclaimed deletes copy name unless another live executor claims it. It returns
 // the id of such an executor ("" when none, and the copy was deleted) and how many keys it
 // deleted. On an error nothing was deleted (fail safe).
 func (e *Executor) deleteUnclaimed(ctx context.Context, name string) (owner string, n int, err error) {
-	v, err := deleteIfUnclaimed.run(ctx, e.rdb, []string{name, claimKey(name)}, e.id, e.now().UnixMilli()).Result()
+	v, err := deleteIfUnclaimed.run(ctx, e.rdb, []string{claimKey(name), name}, e.id, e.now().UnixMilli()).Result()
 	if err != nil {
 		_, i, _, _ := ParseName(name)
 		return "", 0, fmt.Errorf("mitigate: claims of copy %d: check and delete: %w", i, err)
@@ -141,14 +146,8 @@ func (e *Executor) deleteUnclaimed(ctx context.Context, name string) (owner stri
 }
 
 // otherClaim (on the name's node). KEYS: a claim key. ARGV: executor id, now (unix ms).
-// It drops the expired claims and returns the id of another executor whose claim is
-// live, or nil.
-var otherClaim = newScript(`
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
-for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, 1)) do
-  if id ~= ARGV[1] then return id end
-end
-return false`)
+// It returns the id of another executor whose claim is live, or nil.
+var otherClaim = newScript(liveOtherClaim + `return false`)
 
 // claimedBy returns the id of another executor whose claim on name is live, or "" when
 // there is none.

@@ -554,7 +554,8 @@ func testClaimsAtomic(t *testing.T, b backend, live bool) {
 	defer eb.Close(ctx)
 	claimed := false
 	hook := func(_ context.Context, args []any) error {
-		deletes := len(args) > 3 && (isScript(args, deleteIfUnclaimed) && slices.ContainsFunc(names, func(n Node) bool { return args[3] == n.Name }) ||
+		// The script's keys: the claim key, then the copy.
+		deletes := len(args) > 4 && (isScript(args, deleteIfUnclaimed) && slices.ContainsFunc(names, func(n Node) bool { return args[4] == n.Name }) ||
 			args[0] == "DEL" && slices.ContainsFunc(names, func(n Node) bool { return args[1] == n.Name }))
 		if !deletes || claimed {
 			return nil

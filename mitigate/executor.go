@@ -212,10 +212,8 @@ func (e *Executor) scanBackoff(n int) time.Duration {
 		return 0
 	}
 	d := e.refresh
-	for range n - 2 {
-		if d *= 2; d >= e.grace {
-			return e.grace
-		}
+	for i := 2; i < n && d < e.grace; i++ {
+		d *= 2
 	}
 	return min(d, e.grace)
 }
@@ -508,6 +506,33 @@ func (e *Executor) retireAgain(ctx context.Context, c string, now time.Time) err
 	return e.failed(Copies, r.key, err)
 }
 
+// drainAgain folds draining sub-counter s again (a round). Once it has been found empty,
+// with no failed fold, for the grace period, readers need not read it any more: it is
+// taken off its key's list and forgotten — unless another live executor's plan uses it
+// (a scan found it), whose writers may list it and write it again at any time: then it
+// is forgotten and stays listed.
+func (e *Executor) drainAgain(ctx context.Context, s string, now time.Time) error {
+	d := e.draining[s]
+	err := e.fold(ctx, d.key, s, "sub-counter of an ended entry written again (a client had not heard the entry ended)")
+	if d = e.draining[s]; now.Sub(d.quiet) < e.grace {
+		return err // fold resets quiet when it found something or failed
+	}
+	owner, err := e.claimedBy(ctx, s)
+	switch {
+	case err != nil:
+		return e.failed(ShardedCounter, d.key, err)
+	case owner != "":
+		delete(e.draining, s)
+		e.keptSub(d.key, s, owner, "sub-counter quiet for the grace period")
+		return nil
+	}
+	if err := unlistSubCounter(ctx, e.rdb, d.key, s); err != nil {
+		return e.failed(ShardedCounter, d.key, err)
+	}
+	delete(e.draining, s)
+	return nil
+}
+
 // fold folds sub-counter sub into key, counting and logging what it did; it resets the
 // quiet time of a draining sub-counter that held something.
 func (e *Executor) fold(ctx context.Context, key, sub, reason string) error {
@@ -583,30 +608,7 @@ func (e *Executor) round(ctx context.Context) (*scanJob, error) {
 		errs = append(errs, e.retireAgain(ctx, c, now))
 	}
 	for _, s := range slices.Sorted(maps.Keys(e.draining)) {
-		d := e.draining[s]
-		errs = append(errs, e.fold(ctx, d.key, s, "sub-counter of an ended entry written again (a client had not heard the entry ended)"))
-		if d = e.draining[s]; now.Sub(d.quiet) < e.grace {
-			continue
-		}
-		// Folded, and neither written by anybody nor failing to fold (fold resets quiet)
-		// for the grace period: readers need not read it any more — unless another live
-		// executor's plan uses it (a scan found it), whose writers may list it and write
-		// it again at any time.
-		owner, err := e.claimedBy(ctx, s)
-		if err != nil {
-			errs = append(errs, e.failed(ShardedCounter, d.key, err))
-			continue
-		}
-		if owner != "" {
-			delete(e.draining, s)
-			e.keptSub(d.key, s, owner, "sub-counter quiet for the grace period")
-			continue
-		}
-		if err := unlistSubCounter(ctx, e.rdb, d.key, s); err != nil {
-			errs = append(errs, e.failed(ShardedCounter, d.key, err))
-			continue
-		}
-		delete(e.draining, s)
+		errs = append(errs, e.drainAgain(ctx, s, now))
 	}
 	// Failed folds of sub-counters still in use (those draining were folded above).
 	for _, s := range slices.Sorted(maps.Keys(e.unfinished)) {
@@ -665,8 +667,8 @@ func (e *Executor) round(ctx context.Context) (*scanJob, error) {
 //
 // Clients that still hold the earlier run's plan write its copies and sub-counters for up
 // to one lease after that run ended, and may create some after the scan. So Recover also
-// schedules a second scan, made by the first round one grace period later (and retried
-// by each round until it succeeds), when those leases have run out; it takes RecoverKey
+// schedules a second scan, made by the first round one grace period later (and retried,
+// backing off, until it succeeds), when those leases have run out; it takes RecoverKey
 // too, and is not retried when skipped. A lone executor's rescan is never skipped: it
 // holds the lock itself, or it has expired (an agent that restarts within a grace period
 // of its last Recover skips its own scan at start, held by its previous run, and its
