@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"fmt"
-	"strconv"
-	"strings"
 )
 
 // Sharing with a Redis that wants AUTH: see Proxy and ProxyOptions.UpstreamPassword.
@@ -62,16 +60,6 @@ func (a *upstreamAuth) matches(user []byte, named bool, pass []byte) bool {
 		userOK = subtle.ConstantTimeCompare(user, a.user) == 1
 	}
 	return passOK && userOK
-}
-
-// encodeCommand encodes a command as a RESP array of bulk strings.
-func encodeCommand(args ...string) string {
-	var b strings.Builder
-	b.WriteString("*" + strconv.Itoa(len(args)) + "\r\n")
-	for _, arg := range args {
-		b.WriteString("$" + strconv.Itoa(len(arg)) + "\r\n" + arg + "\r\n")
-	}
-	return b.String()
 }
 
 // authKind is what a client's command does about authentication.

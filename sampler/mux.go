@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -209,12 +210,12 @@ func (p *Proxy) openShared(resp3 bool) (net.Conn, error) {
 	}
 	// A Redis that wants AUTH answers the PING with -NOAUTH.
 	if err == nil {
-		if reply, err = roundTrip(conn, "PING", "*1\r\n$4\r\nPING\r\n"); err == nil && string(reply) != "+PONG\r\n" {
+		if reply, err = roundTrip(conn, "PING", encodeCommand("PING")); err == nil && string(reply) != "+PONG\r\n" {
 			err = fmt.Errorf("PING answered %q; want +PONG", reply)
 		}
 	}
 	if err == nil && resp3 {
-		reply, err = roundTrip(conn, "HELLO 3", "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+		reply, err = roundTrip(conn, "HELLO 3", helloResp3)
 		switch {
 		case err != nil:
 			// twemproxy, which knows no HELLO, closes the connection.
@@ -256,8 +257,7 @@ func (p *Proxy) commandLimit(conn net.Conn) (int64, error) {
 		{"proto-max-bulk-len", redisProtoMaxBulkLen},
 		{"client-query-buffer-limit", redisClientQueryBufLimit},
 	} {
-		reply, err := roundTrip(conn, "CONFIG GET", "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$"+
-			strconv.Itoa(len(param.name))+"\r\n"+param.name+"\r\n")
+		reply, err := roundTrip(conn, "CONFIG GET", encodeCommand("CONFIG", "GET", param.name))
 		if err != nil {
 			return 0, err
 		}
@@ -288,6 +288,19 @@ func configValue(reply []byte) (v int64, ok bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+// helloResp3 is HELLO 3, which switches a connection to RESP3.
+var helloResp3 = encodeCommand("HELLO", "3")
+
+// encodeCommand encodes a command as a RESP array of bulk strings.
+func encodeCommand(args ...string) string {
+	var b strings.Builder
+	b.WriteString("*" + strconv.Itoa(len(args)) + "\r\n")
+	for _, arg := range args {
+		b.WriteString("$" + strconv.Itoa(len(arg)) + "\r\n" + arg + "\r\n")
+	}
+	return b.String()
 }
 
 // roundTrip sends one command on conn and reads its whole reply, with the replyScanner

@@ -692,7 +692,7 @@ func (pc *proxyConn) runOwn(rest []byte, resp3, authed bool) {
 // setUpOwn makes up, a pinned client's new connection, what the shared one was for the
 // client: RESP3 when resp3, authenticated with the configured credentials when authed.
 func (p *Proxy) setUpOwn(up net.Conn, resp3, authed bool) error {
-	name, command, want := "HELLO 3", "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n", "%"
+	name, command, want := "HELLO 3", helloResp3, "%"
 	switch {
 	case resp3 && authed:
 		name, command = "HELLO 3 AUTH", p.auth.hello3
