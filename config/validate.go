@@ -55,31 +55,22 @@ func (c Config) Validate() error {
 	v.intRange("proxy.sample_every", c.Proxy.SampleEvery, 1, 1_000_000)
 	// A password read from a file or a Secret often ends with a newline, which Redis
 	// would take as part of it.
-	for _, r := range c.Proxy.UpstreamPassword {
-		if r < 0x20 || r == 0x7f {
-			v.add("proxy.upstream_password", secret{}, "contains a control character (a trailing newline?)", "remove it")
-			break
-		}
+	if strings.ContainsFunc(c.Proxy.UpstreamPassword, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		v.add("proxy.upstream_password", secret{}, "contains a control character (a trailing newline?)", "remove it")
 	}
 	if c.Proxy.UpstreamUsername != "" && c.Proxy.UpstreamPassword == "" {
 		v.add("proxy.upstream_username", c.Proxy.UpstreamUsername, "is set while proxy.upstream_password is empty",
 			"set the user's password too (HOTKEYD_PROXY_UPSTREAM_PASSWORD), or neither")
 	}
-	for _, r := range c.Proxy.UpstreamUsername {
-		if r <= 0x20 || r == 0x7f {
-			v.add("proxy.upstream_username", c.Proxy.UpstreamUsername, "contains a space or a control character", "use the ACL user's name")
-			break
-		}
+	if strings.ContainsFunc(c.Proxy.UpstreamUsername, func(r rune) bool { return r <= 0x20 || r == 0x7f }) {
+		v.add("proxy.upstream_username", c.Proxy.UpstreamUsername, "contains a space or a control character", "use the ACL user's name")
 	}
 
 	v.dialAddr("monitor.addr", c.Monitor.Addr, false)
 	v.intRange("monitor.sample_every", c.Monitor.SampleEvery, 1, 1_000_000)
 
-	for _, r := range c.Auth.Token {
-		if r < 0x21 || r > 0x7e {
-			v.add("auth.token", secret{}, "contains a space, a control character or non-ASCII", "use printable ASCII without spaces")
-			break
-		}
+	if strings.ContainsFunc(c.Auth.Token, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+		v.add("auth.token", secret{}, "contains a space, a control character or non-ASCII", "use printable ASCII without spaces")
 	}
 
 	d := c.Detector
