@@ -285,8 +285,7 @@ func (a *Agent) unhash(v *view, now time.Time, name string) string {
 		rankings = append(rankings, detector.Bytes)
 	}
 	for _, r := range rankings {
-		snap := a.det.Snapshot(now, r, math.MaxInt)
-		for _, k := range snap.Keys {
+		for _, k := range a.det.Keys(now, r, math.MaxInt) {
 			if a.display(k.Key) == name {
 				return k.Key
 			}

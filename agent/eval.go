@@ -140,7 +140,7 @@ func (a *Agent) rankedSnapshot(now time.Time) detector.Snapshot {
 	}
 	n := len(snap.Keys)
 	for _, r := range []int{detector.Reads, detector.Writes} {
-		for _, k := range a.det.Snapshot(now, r, 0).Keys {
+		for _, k := range a.det.Keys(now, r, 0) {
 			if !in[k.Key] {
 				in[k.Key] = true
 				snap.Keys = append(snap.Keys, k)

@@ -314,8 +314,19 @@ func (s *Snapshot) Rate(count uint64) float64 {
 
 // Snapshot returns the top n keys (n ≤ 0: all K) of a ranking (All, Reads, Writes or
 // Bytes) with their read, write and byte estimates, the totals and the distinct count. Each shard is locked
-// only while its entries are copied.
+// only while its entries are copied and its HyperLogLog sketches merged.
 func (d *Detector) Snapshot(now time.Time, ranking, n int) Snapshot {
+	return d.snapshot(now, ranking, n, true)
+}
+
+// Keys returns the keys Snapshot would, without the distinct count: that merges
+// every tick's HyperLogLog sketch of every shard, the largest part of a snapshot's
+// cost, while each shard's lock holds its writers back.
+func (d *Detector) Keys(now time.Time, ranking, n int) []Key {
+	return d.snapshot(now, ranking, n, false).Keys
+}
+
+func (d *Detector) snapshot(now time.Time, ranking, n int, distinct bool) Snapshot {
 	if ranking < 0 || ranking >= numRankings {
 		ranking = All
 	}
@@ -346,7 +357,7 @@ func (d *Detector) Snapshot(now time.Time, ranking, n int) Snapshot {
 			snap.Reads += t[0]
 			snap.Writes += t[1]
 		}
-		if !s.distinct.Empty() {
+		if distinct && !s.distinct.Empty() {
 			if hll == nil {
 				hll = hyperloglog.NewNoSparse()
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -82,6 +83,14 @@ func TestRankingsAndRates(t *testing.T) {
 	}
 	if r := d.Snapshot(now, Reads, 1); r.Keys[0].Key != "score:match42" {
 		t.Errorf("read ranking starts with %q; want score:match42", r.Keys[0].Key)
+	}
+	// Keys is Snapshot's ranking without the distinct count.
+	for _, r := range []int{All, Reads, Writes} {
+		for _, n := range []int{1, 0} {
+			if got, want := d.Keys(now, r, n), d.Snapshot(now, r, n).Keys; !slices.Equal(got, want) {
+				t.Errorf("Keys(ranking %d, n %d) = %+v; want Snapshot's %+v", r, n, got, want)
+			}
+		}
 	}
 }
 

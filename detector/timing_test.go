@@ -102,3 +102,45 @@ func BenchmarkAddBatch(b *testing.B) {
 		d.AddBatch(items)
 	}
 }
+
+// benchFilled returns a Detector whose whole window (every tick of every shard) has
+// seen traffic, as under steady load.
+func benchFilled(b *testing.B) (*Detector, time.Time) {
+	b.Helper()
+	keys := benchKeys(b)
+	d, _ := New(Options{})
+	now := time.Unix(1_700_000_000, 0)
+	for t := 0; t < d.opts.Ticks; t++ {
+		for i, k := range keys {
+			d.Add(k, i&7 == 0, 0, 1, 0)
+		}
+		now = now.Add(d.opts.Tick)
+		d.Advance(now)
+	}
+	for i, k := range keys {
+		d.Add(k, i&7 == 0, 0, 1, 0)
+	}
+	return d, now
+}
+
+// BenchmarkSnapshot is one full snapshot of a busy window: every shard's ranking
+// copied, and every tick's HyperLogLog sketch merged for the distinct count.
+func BenchmarkSnapshot(b *testing.B) {
+	d, now := benchFilled(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sink += d.Snapshot(now, All, 0).Distinct
+	}
+}
+
+// BenchmarkKeys is a ranking without totals or distinct count: what the agent asks
+// twice more each tick, for the read and the write rankings.
+func BenchmarkKeys(b *testing.B) {
+	d, now := benchFilled(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sink += uint64(len(d.Keys(now, Reads, 0)))
+	}
+}
