@@ -109,7 +109,7 @@ type mitigation struct {
 	predictedBy []string
 	override    string
 	notes       string    // Report only: the notes part of d.Rule (overrides, naming)
-	rowSeen     time.Time // Report only: the last Update whose rules gave d.Rule
+	rowSeen     time.Time // the last Update whose decision had d.Rule, the row d.Reason states
 }
 
 // NewPlanner checks the options and returns a planner with no mitigation active.
@@ -286,7 +286,7 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 					fmt.Sprintf("%s wanted but could not be named: %v (the rules wanted it: %s)", d.Kind, err, d.Reason)})
 				continue
 			}
-			m = &mitigation{d: d, nodes: nodes, since: now}
+			m = &mitigation{d: d, nodes: nodes, since: now, rowSeen: now}
 			p.active[pk] = m
 		} else {
 			p.adjust(now, m, d, namer)
@@ -329,13 +329,9 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 			p.active[pk] = m
 		}
 		// The reason quotes rates: rewrite it only when the rows behind it change. What
-		// overrides and naming add shows at once; a change of the table's row only once
-		// the row the report states has not applied for CoolDown, so that a key swinging
-		// between two rows that both end in a report does not change the plan every tick.
-		switch {
-		case m.d.Rule == d.Rule:
-			m.rowSeen = now
-		case m.notes != noteSig || now.Sub(m.rowSeen) >= p.coolDown:
+		// overrides and naming add shows at once; a change of the table's row as restate
+		// says.
+		if m.notes != noteSig || p.restate(now, m, d.Rule) {
 			m.d, m.notes, m.rowSeen = d, noteSig, now
 		}
 		m.d.Mode = d.Mode
@@ -369,6 +365,7 @@ func (p *Planner) Update(now time.Time, keys []KeyStats, namer Namer) (Plan, boo
 		}
 		m.refreshNames(p, namer)
 	}
+	p.dropOutranked()
 
 	// Entries, lease and change.
 	all := make([]Entry, 0, len(p.active))
@@ -511,9 +508,29 @@ func (p *Planner) touch(now time.Time, m *mitigation, pk planKey, stats map[stri
 	}
 }
 
+// restate says whether m, whose reason states the row m.d.Rule, should take the reason
+// of a decision of row rule instead, and notes when its own row applies again. The
+// reason quotes rates, so it stays while the row does (figures moving within a row do not
+// change the plan). A row further up the table (see escalation) shows at once: an entry
+// must not say "fits one node" of a key that no longer does. So does a row that differs
+// only in what registry events list. A row further down, or beside, shows once the row
+// stated has not applied for CoolDown, as a smaller N does: a key swinging between two
+// rows then changes the plan once, and its entries state the most it needed within the
+// cool-down.
+func (p *Planner) restate(now time.Time, m *mitigation, rule string) bool {
+	if rule == m.d.Rule {
+		m.rowSeen = now
+		return false
+	}
+	return escalation(rule) > escalation(m.d.Rule) || tableRow(rule) == tableRow(m.d.Rule) ||
+		now.Sub(m.rowSeen) >= p.coolDown
+}
+
 // adjust brings an active mitigation to the rules' current decision: mode and larger N at
-// once, smaller N after CoolDown, other parameters (and the reason) when they change.
+// once, smaller N after CoolDown, other parameters when they change, and the reason when
+// its row changes (see restate).
 func (p *Planner) adjust(now time.Time, m *mitigation, d Decision, namer Namer) {
+	restate := p.restate(now, m, d.Rule)
 	n := d.N
 	switch {
 	case d.N < m.d.N:
@@ -539,11 +556,29 @@ func (p *Planner) adjust(now time.Time, m *mitigation, d Decision, namer Namer) 
 		}
 		m.lowerSince = time.Time{}
 	}
-	// The reason quotes rates: rewrite it only when the parameters change.
-	if n != m.d.N || d.TTL != m.d.TTL || d.FlushInterval != m.d.FlushInterval {
-		m.d = d
+	if restate || n != m.d.N || d.TTL != m.d.TTL || d.FlushInterval != m.d.FlushInterval {
+		m.d, m.rowSeen = d, now
 	}
 	m.d.Mode = d.Mode
+}
+
+// dropOutranked ends each report of the table's rows alone (no notes, no listed kinds)
+// whose row ranks below the row another active entry of its key states (see escalation):
+// "fits one node: no action needed" beside copies, or in place of observed ones, says
+// less than the key needs. Such a report does not come back while that entry cools, so a
+// key swinging between the two rows changes the plan once.
+func (p *Planner) dropOutranked() {
+	top := make(map[string]int)
+	for pk, m := range p.active {
+		if pk.kind != Report {
+			top[pk.key] = max(top[pk.key], escalation(m.d.Rule))
+		}
+	}
+	for pk, m := range p.active {
+		if pk.kind == Report && m.notes == "" && tableRow(m.d.Rule) == m.d.Rule && escalation(m.d.Rule) < top[pk.key] {
+			delete(p.active, pk)
+		}
+	}
 }
 
 // refreshNames re-reads the names of a cooling mitigation's copies, which move when the

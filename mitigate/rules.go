@@ -62,6 +62,30 @@ const (
 	RuleEventListed    = "event-listed"       // a registry event listed the mitigation
 )
 
+// escalation ranks the row of a decision's Rule by how much it finds the key needs: 1
+// when the key fits one node, 2 when it is beyond one node (or beyond what the table can
+// fix) and not split, 3 when it is split. Rows that state no load rank 0: no traffic
+// yet, an operator's pin, what events list. The planner shows a higher row at once and
+// a lower one only after CoolDown.
+func escalation(rule string) int {
+	switch tableRow(rule) {
+	case RuleReadL1, RuleReadFits, RuleCounterBatched, RuleCounterFits:
+		return 1
+	case RuleReadWritten, RuleReadStandalone, RuleCounterAlone, RuleWriteReport, RuleBinaryKey:
+		return 2
+	case RuleReadCopies, RuleCounterSharded:
+		return 3
+	}
+	return 0
+}
+
+// tableRow is the row of a Rule that may carry more: "read-fits event-listed" (a report
+// beside a skipped listed kind) or a report's notes ("read-fits forbidden:copies").
+func tableRow(rule string) string {
+	row, _, _ := strings.Cut(rule, " ")
+	return row
+}
+
 // Rules is the decision table: which mitigations suit a hot key. Its zero value uses every
 // default; Validate checks fields that were set. Decide is pure and safe for concurrent use.
 type Rules struct {
