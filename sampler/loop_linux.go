@@ -864,8 +864,11 @@ func (l *muxLoop) handBack(c *loopClient) {
 		p.untrack(pc)
 		return
 	}
-	rest, resp3, authed := c.rest, c.resp3, c.authed
-	if !p.setConn(&pc.client, conn) || !p.goTracked(func() { pc.runOwn(rest, resp3, authed) }) {
+	// base, the parser's offset at in[0], is 0 at admit and moves past each command that
+	// went to a shared connection, all of them answered by now (settle): above 0, Redis
+	// answered the client something.
+	rest, resp3, authed, answered := c.rest, c.resp3, c.authed, c.base > 0
+	if !p.setConn(&pc.client, conn) || !p.goTracked(func() { pc.runOwn(rest, resp3, authed, answered) }) {
 		_ = conn.Close()
 		p.untrack(pc)
 	}

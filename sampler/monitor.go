@@ -171,7 +171,7 @@ func (m *Monitor) Serve(ctx context.Context) error {
 	}()
 	backoff := m.minBackoff
 	for {
-		lines, err := m.session(ctx)
+		up, lines, err := m.session(ctx)
 		m.flush()
 		if ctx.Err() != nil {
 			return nil
@@ -179,7 +179,11 @@ func (m *Monitor) Serve(ctx context.Context) error {
 		if lines > 0 {
 			backoff = m.minBackoff
 		}
-		m.log.Warn("monitor: connection lost", "addr", m.addr, "err", err, "retry_in", backoff)
+		if up {
+			m.log.Warn("monitor: connection lost", "addr", m.addr, "err", err, "retry_in", backoff)
+		} else {
+			m.log.Warn("monitor: could not connect", "addr", m.addr, "err", err, "retry_in", backoff)
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -197,12 +201,13 @@ func (m *Monitor) Close() error {
 	return nil
 }
 
-// session runs one connection and returns how many lines it read.
-func (m *Monitor) session(ctx context.Context) (lines int, err error) {
+// session runs one connection and returns whether it came up (the server took MONITOR)
+// and how many lines it read then.
+func (m *Monitor) session(ctx context.Context) (up bool, lines int, err error) {
 	d := net.Dialer{Timeout: m.dialTimeout}
 	conn, err := d.DialContext(ctx, "tcp", m.addr)
 	if err != nil {
-		return 0, err
+		return false, 0, err
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
@@ -218,11 +223,11 @@ func (m *Monitor) session(ctx context.Context) (lines int, err error) {
 			auth = appendRESPCommand(nil, "AUTH", m.pass)
 		}
 		if err := handshake(conn, r, auth); err != nil {
-			return 0, fmt.Errorf("AUTH: %w", err)
+			return false, 0, fmt.Errorf("AUTH: %w", err)
 		}
 	}
 	if err := handshake(conn, r, appendRESPCommand(nil, "MONITOR")); err != nil {
-		return 0, fmt.Errorf("MONITOR: %w", err)
+		return false, 0, fmt.Errorf("MONITOR: %w", err)
 	}
 	_ = conn.SetDeadline(time.Time{})
 
@@ -245,11 +250,11 @@ func (m *Monitor) session(ctx context.Context) (lines int, err error) {
 				lastFlush = time.Now()
 				continue
 			}
-			return lines, err
+			return true, lines, err
 		}
 		lines++
 		if len(line) > 0 && line[0] == '-' {
-			return lines, fmt.Errorf("server error: %s", bytes.TrimSpace(line[1:]))
+			return true, lines, fmt.Errorf("server error: %s", bytes.TrimSpace(line[1:]))
 		}
 		m.skip--
 		if m.skip <= 0 {
@@ -258,7 +263,7 @@ func (m *Monitor) session(ctx context.Context) (lines int, err error) {
 		}
 		if partial {
 			if err := discardLine(r); err != nil {
-				return lines, err
+				return true, lines, err
 			}
 		}
 		if len(m.batch.samples) >= m.batchSize || time.Since(lastFlush) >= m.interval {

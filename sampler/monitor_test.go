@@ -3,6 +3,7 @@ package sampler
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkeyd/hotkeyd/internal/logbuf"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 )
 
@@ -354,4 +356,63 @@ func byteStrings(b [][]byte) []string {
 		s[i] = string(x)
 	}
 	return s
+}
+
+// TestMonitorLogsConnect: a Monitor that cannot reach its server says it could not
+// connect, naming the address and the error; "connection lost" is kept for a MONITOR
+// connection that was up.
+func TestMonitorLogsConnect(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	srv.Stop()
+	var logs logbuf.Buffer
+	m, err := NewMonitor(MonitorOptions{
+		Addr: addr, Sink: monitorSink{ch: make(chan Sample, 1000)},
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Serve(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitLog := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), what); {
+			if time.Now().After(deadline) {
+				t.Fatalf("logs:\n%s\nwant a line with %q", logs.String(), what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitLog("connection refused")
+	if s := logs.String(); !strings.Contains(s, "monitor: could not connect") || !strings.Contains(s, "addr="+addr) ||
+		strings.Contains(s, "connection lost") {
+		t.Fatalf("logs:\n%s\nwant \"monitor: could not connect\" with addr=%s, and no \"connection lost\"", s, addr)
+	}
+
+	redistest.StartAt(t, addr)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	var id string
+	for deadline := time.Now().Add(5 * time.Second); id == ""; time.Sleep(5 * time.Millisecond) {
+		list, _ := c.ClientList(ctx).Result()
+		for line := range strings.Lines(list) {
+			if strings.Contains(line, "cmd=monitor") {
+				id = strings.TrimPrefix(strings.Fields(line)[0], "id=")
+			}
+		}
+		if id == "" && time.Now().After(deadline) {
+			t.Fatalf("no MONITOR client after 5s: %q", list)
+		}
+	}
+	if err := c.ClientKillByFilter(ctx, "ID", id).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitLog("monitor: connection lost")
 }

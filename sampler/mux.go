@@ -191,7 +191,7 @@ var errNoResp3 = errors.New("the server does not switch to RESP3 (HELLO 3)")
 // itself. With resp3 it switches the connection to RESP3 with HELLO 3. Its errors never
 // show the password.
 func (p *Proxy) openShared(resp3 bool) (net.Conn, error) {
-	conn, err := p.dialer.DialContext(p.ctx, "tcp", p.upstream)
+	conn, err := p.dialUpstream()
 	if err != nil {
 		return nil, err
 	}

@@ -74,8 +74,9 @@ type ProxyOptions struct {
 	// An empty username is Redis's user "default" (the legacy `AUTH password`). Without
 	// a password, a Redis that wants AUTH is not shared. The password is never logged.
 	UpstreamUsername, UpstreamPassword string
-	// Logger receives connection errors at debug level and accept errors at warn level.
-	// Default: none.
+	// Logger receives connection errors at debug level, accept errors and shared
+	// connections that fail at warn level, and an Upstream that reaches the proxy itself
+	// at error level. Default: none.
 	Logger *slog.Logger
 }
 
@@ -154,6 +155,25 @@ const proxyBatches = 4
 // replies are lost, as they would be with a direct connection) and the others go on over
 // a new one.
 //
+// No upstream. A client that Redis has answered nothing and that the proxy cannot reach
+// Redis for (it cannot dial the client's own connection, nor, when multiplexing, open the
+// shared ones) gets each command it sends within 5 s answered with an error reply, a RESP
+// simple error that RESP2 and RESP3 clients read alike, and then its connection ended
+// (every command, not only the first: client libraries send their own when they connect,
+// and ignore their errors):
+//
+//	-ERR hotkeyd proxy: upstream 127.0.0.1:6379 unreachable: connection refused
+//
+// These are the only replies the proxy ever makes itself: a client that Redis answered and
+// that loses its upstream is disconnected, as on a direct connection. A connection to
+// Upstream that reaches the proxy's own listener (Upstream is Listen, or another address
+// of the same socket: localhost, another loopback address or one of the host's, for a
+// proxy listening on every address) counts as one that failed ("it reaches this proxy
+// itself"): the proxy closes it before sending anything, logs an error the first time,
+// and dials nothing for 10 s, so that its own connections do not come back to it as
+// clients that dial again. An address that leads to the listener through NAT is not
+// recognised.
+//
 // A client on a connection of its own has two goroutines, one per direction. The
 // client-to-server one writes what it read upstream first and only then parses its copy,
 // so parsing overlaps the server's work instead of adding to the request's latency.
@@ -211,6 +231,8 @@ type Proxy struct {
 	sharedDown bool          // sharing failed and has not worked since: log when it does
 	probes     probeGate     // new clients' checks that Redis lets a new connection in
 	auth       *upstreamAuth // the shared connections' credentials; nil when none are configured
+	selfUntil  atomic.Int64  // unix nanoseconds: no dial before then, the upstream reached the proxy itself (dialUpstream)
+	selfLogged atomic.Bool   // that was logged as an error
 
 	ctx          context.Context // cancelled once the connections are gone or forced closed; bounds dials
 	cancel       context.CancelFunc
@@ -628,7 +650,7 @@ func (pc *proxyConn) run() {
 	if l := p.muxLoop(); l != nil && l.adopt(pc) {
 		return // the loop serves it now
 	}
-	pc.runOwn(nil, false, false)
+	pc.runOwn(nil, false, false, false)
 }
 
 // runOwn serves the client over a connection of its own, first sending rest, what the
@@ -636,8 +658,10 @@ func (pc *proxyConn) run() {
 // resp3 the client switched to RESP3 with HELLO 3 on the shared connection, and with
 // authed it authenticated there with the configured credentials, so its own connection
 // is switched and authenticated too (HELLO 3, AUTH, or HELLO 3 AUTH) before rest goes
-// out.
-func (pc *proxyConn) runOwn(rest []byte, resp3, authed bool) {
+// out. With answered, Redis answered it something there; otherwise, when Redis cannot be
+// reached, its commands get an error reply (refuse) rather than a dropped
+// connection.
+func (pc *proxyConn) runOwn(rest []byte, resp3, authed, answered bool) {
 	p := pc.p
 	p.stats.own.Add(1)
 	defer func() {
@@ -649,9 +673,12 @@ func (pc *proxyConn) runOwn(rest []byte, resp3, authed bool) {
 		pc.finishClient() // what it sent is not forwarded: no reply is owed
 		return
 	}
-	up, err := p.dialer.DialContext(p.ctx, "tcp", p.upstream)
+	up, err := p.dialUpstream()
 	if err != nil {
 		p.log.Debug("proxy: dial upstream", "upstream", p.upstream, "err", err)
+		if !answered {
+			pc.refuse(rest, err)
+		}
 		return
 	}
 	if !p.setConn(&pc.up, up) {

@@ -614,8 +614,10 @@ func TestProxyServeContext(t *testing.T) {
 	}
 }
 
-// TestProxyUpstreamDown: a client of a proxy whose upstream refuses connections is
-// disconnected, and the proxy keeps serving.
+// TestProxyUpstreamDown: a go-redis client of a proxy whose upstream refuses connections
+// gets an error, and the proxy keeps serving. (go-redis v9 reports EOF: the proxy's error
+// reply answers its HELLO, which it passes over; TestProxyUpstreamDownReply checks the
+// reply.)
 func TestProxyUpstreamDown(t *testing.T) {
 	srv := redistest.Start(t)
 	addr := srv.Addr()
