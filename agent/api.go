@@ -2,6 +2,7 @@ package agent
 
 import (
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/hotkeyd/hotkeyd/detector"
@@ -16,24 +18,39 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler returns the HTTP API: /v1/samples, /v1/topk, /v1/keys/{key}, /metrics,
-// /healthz and /readyz.
+// Handler returns the HTTP API: /v1/samples, /v1/topk, /v1/keys/{key}, /v1/plan,
+// /v1/registry, /v1/plan/overrides, /metrics, /healthz and /readyz.
+//
+// Every route names its methods, so that the mux answers HEAD as GET wherever GET is
+// answered, and any method a route does not take (OPTIONS among them) with 405 and the
+// Allow header, before the token is asked for: only the methods that change something
+// need it.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	samples := sampler.HTTPHandler(a, sampler.HTTPOptions{MaxBodyBytes: a.opts.MaxBodyBytes, MaxSamples: a.opts.MaxSamplesPerReport})
-	mux.Handle("/v1/samples", a.authorized(samples))
+	mux.Handle("POST /v1/samples", a.authorized(samplesEndpoint, samples))
 	mux.HandleFunc("GET /v1/topk", a.topk)
 	mux.HandleFunc("GET /v1/keys/{key...}", a.key)
 	mux.HandleFunc("GET /v1/plan", a.plan)
-	mux.Handle("/v1/registry", a.authorized(http.HandlerFunc(a.registryAPI)))
-	mux.Handle("/v1/registry/{id}", a.authorized(http.HandlerFunc(a.registryAPI)))
-	mux.Handle("/v1/plan/overrides", a.authorized(http.HandlerFunc(a.overrides)))
-	mux.Handle("DELETE /v1/plan/overrides/{key...}", a.authorized(http.HandlerFunc(a.overrides)))
+	events := http.HandlerFunc(a.registryAPI)
+	mux.Handle("GET /v1/registry", events)
+	mux.Handle("POST /v1/registry", a.authorized("/v1/registry", events))
+	mux.Handle("GET /v1/registry/{id}", events)
+	mux.Handle("PUT /v1/registry/{id}", a.authorized("/v1/registry/{id}", events))
+	mux.Handle("DELETE /v1/registry/{id}", a.authorized("/v1/registry/{id}", events))
+	overrides := http.HandlerFunc(a.overrides)
+	mux.Handle("GET /v1/plan/overrides", overrides)
+	mux.Handle("POST /v1/plan/overrides", a.authorized("/v1/plan/overrides", overrides))
+	mux.Handle("DELETE /v1/plan/overrides/{key...}", a.authorized("/v1/plan/overrides/{key}", overrides))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{Registry: a.opts.Registry}))
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /readyz", a.readyz)
 	return jsonErrors{mux, a.opts.BodyTimeout}
 }
+
+// samplesEndpoint is the endpoint label of POST /v1/samples: the one whose refusals are
+// dropped samples.
+const samplesEndpoint = "/v1/samples"
 
 // jsonErrors answers what the mux itself answers — a path the API does not have (404), a
 // method an endpoint does not take (405) — as {"error":"…"}, like every other error. It
@@ -89,17 +106,23 @@ func (h *headerRecorder) WriteHeader(status int) {
 	}
 }
 
-// authorized requires the bearer token, when one is configured, on every method but GET
-// and HEAD.
-func (a *Agent) authorized(h http.Handler) http.Handler {
+// authorized requires the bearer token, when one is configured; the routes of the
+// methods that change something (and POST /v1/samples) go through it. A refusal counts in
+// hotkeyd_http_unauthorized_total{endpoint}, endpoint being one of the few route names
+// Handler passes; a refused sample report also counts as a dropped sample (source
+// "unknown", reason auth), as a refused UDP datagram does, and nothing else does.
+func (a *Agent) authorized(endpoint string, h http.Handler) http.Handler {
+	refused := a.metrics.unauthorized.WithLabelValues(endpoint) // the series exists from the start
 	if a.opts.AuthToken == "" {
 		return h
 	}
 	want := []byte("Bearer " + a.opts.AuthToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead &&
-			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			a.Drop("unknown", sampler.DropAuth, 1)
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			refused.Inc()
+			if endpoint == samplesEndpoint {
+				a.Drop("unknown", sampler.DropAuth, 1)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hotkeyd"`)
 			writeError(w, http.StatusUnauthorized, "authorization: this endpoint needs the header \"Authorization: Bearer TOKEN\" with the agent's auth.token")
 			return
@@ -111,7 +134,11 @@ func (a *Agent) authorized(h http.Handler) http.Handler {
 // Key is one key in the answers of GET /v1/topk and GET /v1/keys/{key}: the wire format
 // that docs/api.md describes.
 type Key struct {
-	Key         string     `json:"key"`
+	Key string `json:"key"`
+	// KeyB64 is the key's bytes in standard base64 when they are not valid UTF-8 (a
+	// binary key), which Key can show only lossily; empty, and left out, otherwise and
+	// when names are hashed. An extension, documented in docs/api.md.
+	KeyB64      string     `json:"key_b64,omitempty"`
 	Rate        float64    `json:"rate"`
 	Share       float64    `json:"share"`
 	ReadRate    float64    `json:"read_rate"`
@@ -194,6 +221,7 @@ func (a *Agent) topk(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) keyReply(v *view, k detector.Key, readRate, writeRate, total float64) Key {
 	j := Key{
 		Key:         a.display(k.Key),
+		KeyB64:      a.displayB64(k.Key),
 		Rate:        readRate + writeRate,
 		ReadRate:    readRate,
 		WriteRate:   writeRate,
@@ -209,7 +237,8 @@ func (a *Agent) keyReply(v *view, k detector.Key, readRate, writeRate, total flo
 		j.PredictedBy = []string{}
 	}
 	if total > 0 {
-		j.Share = j.Rate / total
+		// At most 1 even if the window moved on between reading the key and the total.
+		j.Share = min(j.Rate/total, 1)
 	}
 	if l, ok := v.level(k.Key); ok {
 		j.Level = l.Level
@@ -222,10 +251,24 @@ func (a *Agent) keyReply(v *view, k detector.Key, readRate, writeRate, total flo
 	return j
 }
 
+// key answers GET /v1/keys/{key}, or GET /v1/keys/?key_b64=BASE64 for a key that is not
+// UTF-8 (as /v1/topk lists it).
 func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
+	if b64, ok := r.URL.Query()["key_b64"]; ok {
+		if key != "" || len(b64) != 1 {
+			writeError(w, http.StatusBadRequest, "key_b64: give the key once: either in the path (/v1/keys/{key}) or as /v1/keys/?key_b64=BASE64")
+			return
+		}
+		b, err := decodeB64(b64[0])
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("key_b64: %q is not base64: %v; send the key's bytes in standard base64 (as key_b64 in /v1/topk), URL-escaped", b64[0], err))
+			return
+		}
+		key = string(b)
+	}
 	if key == "" {
-		writeError(w, http.StatusBadRequest, "key: empty; use /v1/keys/{key} with the key URL-escaped")
+		writeError(w, http.StatusBadRequest, "key: empty; use /v1/keys/{key} with the key URL-escaped, or /v1/keys/?key_b64=BASE64")
 		return
 	}
 	v := a.view.Load()
@@ -238,16 +281,19 @@ func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
 	if len(key) > a.opts.MaxKeyBytes {
 		key, truncated = key[:a.opts.MaxKeyBytes], true // as Accept stored it
 	}
-	covered, _ := a.det.Covered(now)
+	// The key's counts and the totals come from the detector at this moment, over the
+	// same span, as in GET /v1/topk: the view's totals are those of the last evaluation,
+	// which trail the sketch by up to a tick (a share over 1). The key first: traffic that
+	// comes in between can only lower its share.
 	reads, writes := a.det.Estimate([]byte(key))
+	snap := a.det.Ranked(now, detector.All, 1)
 	l, ranked := v.level(key)
 	if reads == 0 && writes == 0 && !ranked && v.history[key] == nil && v.predicted[key] == nil && v.mitigations[key] == nil {
 		// The sketch never under-counts: no request of this key in the window, and nothing
 		// armed for it (a key an event predicts is shown before its traffic comes).
-		writeError(w, http.StatusNotFound, fmt.Sprintf("key %q: no requests in the last %v, no history, not predicted nor mitigated; the key is matched byte for byte (escape it in the path: /v1/keys/score%%3Amatch42)", asked, covered.Round(time.Millisecond)))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("key %q: no requests in the last %v, no history, not predicted nor mitigated; the key is matched byte for byte (escape it in the path: /v1/keys/score%%3Amatch42)", asked, snap.Covered.Round(time.Millisecond)))
 		return
 	}
-	sec := covered.Seconds()
 	k := detector.Key{Key: key, Reads: reads, Writes: writes}
 	if ranked {
 		k.Flags = l.Key.Flags
@@ -255,8 +301,7 @@ func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
 	if truncated {
 		k.Flags |= FlagTruncated
 	}
-	total := v.reads + v.writes
-	j := a.keyReply(v, k, float64(reads)/sec, float64(writes)/sec, total)
+	j := a.keyReply(v, k, snap.Rate(reads), snap.Rate(writes), snap.Rate(snap.Reads+snap.Writes))
 	j.History = v.history[key]
 	if j.History == nil {
 		j.History = []Point{}
@@ -265,7 +310,24 @@ func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
 		At            time.Time `json:"at"`
 		WindowSeconds float64   `json:"window_seconds"`
 		Key
-	}{now.UTC(), sec, j})
+	}{now.UTC(), snap.Covered.Seconds(), j})
+}
+
+// decodeB64 decodes the key_b64 parameter: standard base64, as the API writes it; also
+// unpadded, or in the URL alphabet. A "+" sent unescaped in the query reads as a space,
+// which base64 never holds: it is taken back as "+".
+func decodeB64(s string) ([]byte, error) {
+	s = strings.ReplaceAll(s, " ", "+")
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err == nil {
+		return b, nil
+	}
+	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err2 := enc.DecodeString(s); err2 == nil {
+			return b, nil
+		}
+	}
+	return nil, err
 }
 
 // unhash returns the key whose hash is name among the keys the API may have shown: the
@@ -285,7 +347,7 @@ func (a *Agent) unhash(v *view, now time.Time, name string) string {
 		rankings = append(rankings, detector.Bytes)
 	}
 	for _, r := range rankings {
-		for _, k := range a.det.Keys(now, r, math.MaxInt) {
+		for _, k := range a.det.Ranked(now, r, math.MaxInt).Keys {
 			if a.display(k.Key) == name {
 				return k.Key
 			}
@@ -323,6 +385,16 @@ func (a *Agent) display(key string) string {
 	return fmt.Sprintf("h:%012x", xxhash.Sum64String(key)>>16)
 }
 
+// displayB64 returns the key in standard base64 when it is not valid UTF-8 and names are
+// shown (not hashed); else "".
+func (a *Agent) displayB64(key string) string {
+	if a.opts.HashKeys || utf8.ValidString(key) {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString([]byte(key))
+}
+
+// writeJSON writes a successful answer, indented for people reading it with curl.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -331,6 +403,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
+// writeError writes every {"error":"…"} body of the API, whatever the status: compact
+// JSON and a newline, with the headers that sampler gives its answers to POST /v1/samples
+// (which it writes itself), so that every error has one format.
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": strings.TrimSpace(msg)})
+	body, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{strings.TrimSpace(msg)})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
 }

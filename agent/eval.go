@@ -140,7 +140,7 @@ func (a *Agent) rankedSnapshot(now time.Time) detector.Snapshot {
 	}
 	n := len(snap.Keys)
 	for _, r := range []int{detector.Reads, detector.Writes} {
-		for _, k := range a.det.Keys(now, r, 0) {
+		for _, k := range a.det.Ranked(now, r, 0).Keys {
 			if !in[k.Key] {
 				in[k.Key] = true
 				snap.Keys = append(snap.Keys, k)

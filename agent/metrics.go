@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/hotkeyd/hotkeyd/detector"
@@ -20,8 +21,11 @@ type metrics struct {
 	a       *Agent
 	samples *prometheus.CounterVec
 	drops   *prometheus.CounterVec
-	changes *prometheus.CounterVec
-	delay   prometheus.Histogram
+	// unauthorized counts requests refused for want of the token, by endpoint (a route
+	// name from Handler: bounded).
+	unauthorized *prometheus.CounterVec
+	changes      *prometheus.CounterVec
+	delay        prometheus.Histogram
 	// surprises counts keys turning hot that no armed registry event predicted.
 	surprises prometheus.Counter
 
@@ -47,6 +51,10 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 			Name: "hotkeyd_samples_dropped_total",
 			Help: "Samples or reports dropped before the detector, by source and reason (malformed, too_large, overload, auth).",
 		}, []string{"source", "reason"}),
+		unauthorized: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hotkeyd_http_unauthorized_total",
+			Help: "HTTP requests refused with 401 for a missing or wrong token, by endpoint (refused sample reports also count in hotkeyd_samples_dropped_total).",
+		}, []string{"endpoint"}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hotkeyd_hot_key_transitions_total",
 			Help: "Keys turning hot or cooling down.",
@@ -82,7 +90,7 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		eventObserved: prometheus.NewDesc("hotkeyd_event_observed_rate", "The peak rate one key under an armed registry event has reached in this occurrence, requests/s.", []string{"event", "op"}, nil),
 		nodeShare:     prometheus.NewDesc("hotkeyd_node_share", "A primary's share of the load of the ranked keys, from sampled rates and the slot map.", []string{"primary"}, nil),
 	}
-	for _, c := range []prometheus.Collector{m.samples, m.drops, m.changes, m.delay, m.surprises, m} {
+	for _, c := range []prometheus.Collector{m.samples, m.drops, m.unauthorized, m.changes, m.delay, m.surprises, m} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("agent: metrics: %w", err)
 		}
@@ -199,16 +207,28 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 
 // labelValue makes a key a valid label value: Prometheus labels are UTF-8, keys are any
 // bytes (binary keys, or keys cut inside a character at limits.max_key_bytes), so each
-// byte that is not part of valid UTF-8 is written as \xNN.
+// byte that is not part of valid UTF-8 is written as \xNN; so is each byte of a control
+// character (C0, DEL, C1: NUL, tab and the like), which would otherwise reach the
+// exposition raw. A key holding the text \xNN itself may share its series with one so
+// escaped; Collect keeps the first.
 func labelValue(key string) string {
-	if utf8.ValidString(key) {
+	clean := true
+	for _, r := range key {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
 		return key
 	}
 	var b strings.Builder
 	for i := 0; i < len(key); {
 		r, size := utf8.DecodeRuneInString(key[i:])
-		if r == utf8.RuneError && size == 1 {
-			fmt.Fprintf(&b, "\\x%02x", key[i])
+		if (r == utf8.RuneError && size == 1) || unicode.IsControl(r) {
+			for _, c := range []byte(key[i : i+size]) {
+				fmt.Fprintf(&b, "\\x%02x", c)
+			}
 		} else {
 			b.WriteString(key[i : i+size])
 		}

@@ -329,7 +329,7 @@ type overrideRequest struct {
 // overrides answers GET and POST /v1/plan/overrides and DELETE /v1/plan/overrides/{key}.
 func (a *Agent) overrides(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
-	case http.MethodGet:
+	case http.MethodGet, http.MethodHead:
 		writeJSON(w, http.StatusOK, map[string]any{"overrides": a.planner.Overrides()})
 	case http.MethodPost:
 		var req overrideRequest

@@ -211,8 +211,9 @@ type eventReply struct {
 func (a *Agent) registryAPI(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PathValue("id")
+	read := r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {
-	case id == "" && r.Method == http.MethodGet:
+	case id == "" && read:
 		list, err := a.events.store.List(ctx)
 		if err != nil && !errors.Is(err, registry.ErrUnreadable) {
 			writeError(w, http.StatusServiceUnavailable, "registry: "+err.Error())
@@ -239,7 +240,7 @@ func (a *Agent) registryAPI(w http.ResponseWriter, r *http.Request) {
 		}
 		a.log.Info("registry: event created", "id", stored.ID, "name", stored.Name, "patterns", stored.Patterns)
 		writeJSON(w, http.StatusCreated, stored)
-	case id != "" && r.Method == http.MethodGet:
+	case id != "" && read:
 		e, err := a.events.store.Get(ctx, id)
 		if err != nil {
 			writeRegistryError(w, err)

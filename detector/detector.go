@@ -319,11 +319,11 @@ func (d *Detector) Snapshot(now time.Time, ranking, n int) Snapshot {
 	return d.snapshot(now, ranking, n, true)
 }
 
-// Keys returns the keys Snapshot would, without the distinct count: that merges
-// every tick's HyperLogLog sketch of every shard, the largest part of a snapshot's
-// cost, while each shard's lock holds its writers back.
-func (d *Detector) Keys(now time.Time, ranking, n int) []Key {
-	return d.snapshot(now, ranking, n, false).Keys
+// Ranked returns Snapshot without the distinct count (Distinct is 0): that merges every
+// tick's HyperLogLog sketch of every shard, the largest part of a snapshot's cost, while
+// each shard's lock holds its writers back.
+func (d *Detector) Ranked(now time.Time, ranking, n int) Snapshot {
+	return d.snapshot(now, ranking, n, false)
 }
 
 func (d *Detector) snapshot(now time.Time, ranking, n int, distinct bool) Snapshot {

@@ -84,11 +84,12 @@ func TestRankingsAndRates(t *testing.T) {
 	if r := d.Snapshot(now, Reads, 1); r.Keys[0].Key != "score:match42" {
 		t.Errorf("read ranking starts with %q; want score:match42", r.Keys[0].Key)
 	}
-	// Keys is Snapshot's ranking without the distinct count.
+	// Ranked is Snapshot without the distinct count.
 	for _, r := range []int{All, Reads, Writes} {
 		for _, n := range []int{1, 0} {
-			if got, want := d.Keys(now, r, n), d.Snapshot(now, r, n).Keys; !slices.Equal(got, want) {
-				t.Errorf("Keys(ranking %d, n %d) = %+v; want Snapshot's %+v", r, n, got, want)
+			got, want := d.Ranked(now, r, n), d.Snapshot(now, r, n)
+			if !slices.Equal(got.Keys, want.Keys) || got.Reads != want.Reads || got.Writes != want.Writes || got.Covered != want.Covered || got.Distinct != 0 {
+				t.Errorf("Ranked(ranking %d, n %d) = %+v; want Snapshot's %+v with Distinct 0", r, n, got, want)
 			}
 		}
 	}
