@@ -14,7 +14,7 @@ func TestExampleFileIsDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := parseFile("example.yaml", data)
+	set, _, err := parseFile("example.yaml", data)
 	if err != nil {
 		t.Fatalf("parse example.yaml: %v", err)
 	}

@@ -31,10 +31,12 @@
 // The file is strict: an unknown key (a typo), a key set twice or a value of the wrong
 // kind is an error naming the file, the line and the key, with the nearest known key as a
 // hint. Every problem is reported, not only the first. Then Validate checks the values
-// and reports, again all at once, each bad key with its value and what is allowed.
+// and reports, again all at once, each bad key with its value and what is allowed; Load
+// puts before each where the value was set (file and line, variable or flag).
 //
 // Config.YAML prints the effective configuration (hotkeyd serve --print-config) with
-// auth.token and proxy.upstream_password shown as "***"; loading that output gives the same Config back. The file
+// auth.token and proxy.upstream_password shown as "***"; loading that output gives the
+// same Config back once the secrets are set again: "***" as a secret is an error. The file
 // config/example.yaml lists every key with its default and a comment.
 //
 // # Keys
@@ -88,7 +90,7 @@
 //	mitigate.copy_refresh          1s              10ms..1m, ≤ mitigate.lease / 4: how often copies of a split key are rewritten from the original
 //	registry.file                  hotkeyd-registry.json  predicted events (atomic JSON file); with redis.addrs it seeds the Redis store; empty: memory only
 //	registry.events                (none)          list of predicted events, read-only in the API; fields as in docs/registry.md, id required
-//	log.level                      info            debug, info, warn, error (--log-level)
+//	log.level                      info            debug, info, warn, error, in any case (--log-level)
 //	log.format                     text            text, json
 //
 // In hot.overrides, pattern is an exact key or a prefix ending in "*"; a threshold left

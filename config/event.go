@@ -108,10 +108,10 @@ func (v *validator) events(events []Event) {
 				if p.Field != "" {
 					k += "." + p.Field
 				}
-				v.errs = append(v.errs, fmt.Errorf("%s: %s", k, p.Problem))
+				v.fail(k, fmt.Errorf("%s: %s", k, p.Problem))
 			}
 		default:
-			v.errs = append(v.errs, fmt.Errorf("%s: %w", key, err))
+			v.fail(key, fmt.Errorf("%s: %w", key, err))
 		}
 	}
 }

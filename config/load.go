@@ -31,8 +31,9 @@ type LoadOptions struct {
 // Load builds the configuration from, lowest precedence first: Default, the YAML file,
 // the HOTKEYD_* environment and the flags that were set; then validates it. Problems in
 // the file or the environment are reported all together, each naming where it is (file
-// and line, or variable) and the key; then Validate's problems, if any. On error the
-// Config is the zero value.
+// and line, or variable) and the key; then Validate's problems, if any, each after the
+// source of the value it refuses (file and line, variable or flag) when that is not the
+// default. On error the Config is the zero value.
 func Load(opts LoadOptions) (Config, error) {
 	return load(opts, os.ReadFile)
 }
@@ -50,16 +51,20 @@ func load(opts LoadOptions, readFile func(string) ([]byte, error)) (Config, erro
 	}
 
 	var errs []error
+	src := sources{} // where each key was set, last source first
 	if name := configFile(opts, lookup); name != "" {
 		data, err := readFile(name)
 		if err != nil {
 			return Config{}, fmt.Errorf("config file: %w", err)
 		}
-		m, err := parseFile(name, data)
+		m, lines, err := parseFile(name, data)
 		if err != nil {
 			errs = append(errs, err)
 		} else if err := v.MergeConfigMap(nest(m)); err != nil {
 			return Config{}, fmt.Errorf("config file %s: %w", name, err)
+		}
+		for key, line := range lines {
+			src[key] = fmt.Sprintf("config file %s:%d", name, line)
 		}
 	}
 
@@ -74,6 +79,9 @@ func load(opts LoadOptions, readFile func(string) ([]byte, error)) (Config, erro
 	} else if err := v.MergeConfigMap(nest(env)); err != nil {
 		return Config{}, fmt.Errorf("environment: %w", err)
 	}
+	for key := range env {
+		src[key] = "environment " + envName(key)
+	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
@@ -83,6 +91,9 @@ func load(opts LoadOptions, readFile func(string) ([]byte, error)) (Config, erro
 			if f := opts.Flags.Lookup(fk.flag); f != nil {
 				if err := v.BindPFlag(fk.key, f); err != nil {
 					return Config{}, fmt.Errorf("flag --%s: %w", fk.flag, err)
+				}
+				if f.Changed {
+					src[fk.key] = "flag --" + fk.flag
 				}
 			}
 		}
@@ -94,9 +105,47 @@ func load(opts LoadOptions, readFile func(string) ([]byte, error)) (Config, erro
 	}
 	c.normalize()
 	if err := c.Validate(); err != nil {
-		return Config{}, err
+		return Config{}, src.name(err)
 	}
 	return c, nil
+}
+
+// sources maps a key to where its value was set: "config file hotkeyd.yaml:12",
+// "environment HOTKEYD_DETECTOR_TOPK" or "flag --topk". Keys left at their default are
+// not in it.
+type sources map[string]string
+
+// name puts before each of Validate's problems (joined in err) the source of its key,
+// as problems found while parsing name theirs.
+func (s sources) name(err error) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	errs := joined.Unwrap()
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = e
+		var ke keyError
+		if !errors.As(e, &ke) {
+			continue
+		}
+		key, _, _ := strings.Cut(ke.key, "[") // redis.addrs[1] was set as redis.addrs
+		if where, ok := s[key]; ok {
+			out[i] = fmt.Errorf("%s: %w", where, e)
+		}
+	}
+	return errors.Join(out...)
+}
+
+// FileName returns the name of the config file Load reads with opts: opts.File, else the
+// value of --config, else $HOTKEYD_CONFIG; empty when there is none.
+func FileName(opts LoadOptions) string {
+	lookup := opts.Env
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	return configFile(opts, lookup)
 }
 
 // configFile picks the file to read: opts.File, else --config, else $HOTKEYD_CONFIG.
@@ -214,6 +263,9 @@ func (c *Config) normalize() {
 	if len(c.Registry.Events) == 0 {
 		c.Registry.Events = nil
 	}
+	// Levels and formats are names, whatever their case: "INFO" is info.
+	c.Log.Level = strings.ToLower(c.Log.Level)
+	c.Log.Format = strings.ToLower(c.Log.Format)
 }
 
 // Names of the flags that are not keys.

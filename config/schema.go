@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -115,12 +116,24 @@ func parseText(k kind, s string) (any, error) {
 		return s, nil
 	case kInt:
 		t := strings.TrimSpace(s)
-		if n, err := strconv.ParseInt(t, 10, strconv.IntSize); err == nil {
+		n, err := strconv.ParseInt(t, 10, strconv.IntSize)
+		if err == nil {
 			return int(n), nil
 		}
+		outOfRange := fmt.Errorf("%q is out of range; use a whole number between %d and %d", s, math.MinInt, math.MaxInt)
+		if errors.Is(err, strconv.ErrRange) {
+			return nil, outOfRange
+		}
 		// YAML writes some whole numbers as floats: 1e3, 1024.0.
-		if f, err := strconv.ParseFloat(t, 64); err == nil && f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
+		f, err := strconv.ParseFloat(t, 64)
+		switch {
+		case err == nil && f == math.Trunc(f) && f >= math.MinInt && f < -math.MinInt:
 			return int(f), nil
+		case err == nil && math.IsInf(f, 0) && strings.Contains(strings.ToLower(t), "inf"):
+			// "inf", ".inf": not a number of any size.
+		case err == nil && f == math.Trunc(f), errors.Is(err, strconv.ErrRange) && math.IsInf(f, 0):
+			// Whole, but beyond an int (1e400 parses as ±Inf with ErrRange).
+			return nil, outOfRange
 		}
 		return nil, fmt.Errorf("%q is not an integer; use a whole number like 100", s)
 	case kFloat:

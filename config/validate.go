@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,12 @@ func (c Config) Validate() error {
 	if c.Proxy.Listen != "" && c.Proxy.Listen == c.HTTP.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
 		v.add("proxy.listen", c.Proxy.Listen, "is also http.listen", "use a TCP address of its own")
 	}
+	// Such a tap dials itself for each client, and each of those connections dials again,
+	// until it runs out of file descriptors.
+	if ownListener(c.Proxy.Listen, c.Proxy.Upstream) {
+		v.add("proxy.upstream", c.Proxy.Upstream, fmt.Sprintf("is the proxy tap's own listener (proxy.listen %q)", c.Proxy.Listen),
+			"use the address of Redis (or of a proxy in front of it) that the tap forwards to")
+	}
 	v.intRange("proxy.sample_every", c.Proxy.SampleEvery, 1, 1_000_000)
 	// A password read from a file or a Secret often ends with a newline, which Redis
 	// would take as part of it.
@@ -69,6 +76,7 @@ func (c Config) Validate() error {
 	v.dialAddr("monitor.addr", c.Monitor.Addr, false)
 	v.intRange("monitor.sample_every", c.Monitor.SampleEvery, 1, 1_000_000)
 
+	v.placeholders(c)
 	if strings.ContainsFunc(c.Auth.Token, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
 		v.add("auth.token", secret{}, "contains a space, a control character or non-ASCII", "use printable ASCII without spaces")
 	}
@@ -166,6 +174,55 @@ const redacted = "***"
 // secretKeys are the keys whose values are never shown: not by YAML, not in errors.
 var secretKeys = map[string]bool{"auth.token": true, "proxy.upstream_password": true}
 
+// placeholders refuses redacted as the value of a secret key: it is what YAML, and so
+// --print-config, writes for a secret, and its output reused as a config file would
+// otherwise set the secret to it.
+func (v *validator) placeholders(c Config) {
+	cv := reflect.ValueOf(c)
+	for _, f := range fields() {
+		if secretKeys[f.key] && f.kind == kString && cv.FieldByIndex(f.index).String() == redacted {
+			v.add(f.key, secret{}, "is the placeholder --print-config prints for a secret",
+				fmt.Sprintf("set the real value, for example with the environment variable %s", f.env))
+		}
+	}
+}
+
+// ownListener reports whether a tap listening on listen that dials upstream would reach
+// itself: the same host (or IP) and port, or the same port with a listener on every
+// interface (":7441", "0.0.0.0:7441", "[::]:7441") and an upstream on this host
+// (localhost, a loopback or an unspecified IP), or a listener on loopback and an upstream
+// that is localhost or an unspecified IP, which the system connects to on loopback.
+// Port 0 (any free port) and addresses that do not parse never match.
+func ownListener(listen, upstream string) bool {
+	lh, lp, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	uh, up, err := net.SplitHostPort(upstream)
+	if err != nil {
+		return false
+	}
+	lport, err1 := strconv.ParseUint(lp, 10, 16)
+	uport, err2 := strconv.ParseUint(up, 10, 16)
+	if err1 != nil || err2 != nil || lport == 0 || lport != uport {
+		return false
+	}
+	lip, uip := net.ParseIP(lh), net.ParseIP(uh)
+	lLocal, uLocal := strings.EqualFold(lh, "localhost"), strings.EqualFold(uh, "localhost")
+	uUnspecified := uip != nil && uip.IsUnspecified()
+	switch {
+	case strings.EqualFold(lh, uh), lip != nil && lip.Equal(uip):
+		return true
+	case lh == "" || lip != nil && lip.IsUnspecified():
+		return uLocal || uUnspecified || uip != nil && uip.IsLoopback()
+	case lLocal: // localhost is 127.0.0.1 or ::1, not the rest of 127.0.0.0/8
+		return uUnspecified || uip != nil && (uip.Equal(net.IPv4(127, 0, 0, 1)) || uip.Equal(net.IPv6loopback))
+	case lip != nil && lip.IsLoopback():
+		return uLocal || uUnspecified
+	}
+	return false
+}
+
 // secret is a value that show prints as redacted.
 type secret struct{}
 
@@ -176,8 +233,23 @@ type validator struct {
 
 // add records "key: value problem; allowed".
 func (v *validator) add(key string, value any, problem, allowed string) {
-	v.errs = append(v.errs, fmt.Errorf("%s: %s %s; %s", key, show(value), problem, allowed))
+	v.fail(key, fmt.Errorf("%s: %s %s; %s", key, show(value), problem, allowed))
 }
+
+// fail records err, whose text starts with key, as a problem of key.
+func (v *validator) fail(key string, err error) {
+	v.errs = append(v.errs, keyError{key: key, err: err})
+}
+
+// keyError is a problem of one key, such as "redis.addrs[1]" or "hot.overrides[0].pattern",
+// for Load to name where the key was set.
+type keyError struct {
+	key string
+	err error
+}
+
+func (e keyError) Error() string { return e.err.Error() }
+func (e keyError) Unwrap() error { return e.err }
 
 // show formats a value the way a user would write it in the file.
 func show(value any) string {

@@ -23,28 +23,28 @@ func (d *decoder) fail(n *yaml.Node, format string, args ...any) {
 }
 
 // parseFile reads a config file and returns the keys it sets, each with a value of the
-// type of its Config field. Syntax errors name the file and the line; unknown keys,
-// duplicate keys and values of the wrong kind are all reported, joined.
-func parseFile(name string, data []byte) (map[string]any, error) {
+// type of its Config field, and the line of each key. Syntax errors name the file and the
+// line; unknown keys, duplicate keys and values of the wrong kind are all reported, joined.
+func parseFile(name string, data []byte) (values map[string]any, lines map[string]int, err error) {
 	source := "config file " + name
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return map[string]any{}, nil
+			return map[string]any{}, map[string]int{}, nil
 		}
-		return nil, fmt.Errorf("%s: %w", source, err)
+		return nil, nil, fmt.Errorf("%s: %w", source, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", source, err)
+			return nil, nil, fmt.Errorf("%s: %w", source, err)
 		}
-		return nil, fmt.Errorf("%s:%d: a second YAML document starts here; put all settings in one document", source, extra.Line)
+		return nil, nil, fmt.Errorf("%s:%d: a second YAML document starts here; put all settings in one document", source, extra.Line)
 	}
 	d := &decoder{source: source}
 	var cfg Config
-	set := map[string]bool{}
+	set := map[string]int{}
 	if len(doc.Content) > 0 {
 		root := resolve(doc.Content[0])
 		switch {
@@ -56,16 +56,16 @@ func parseFile(name string, data []byte) (map[string]any, error) {
 		}
 	}
 	if len(d.errs) > 0 {
-		return nil, errors.Join(d.errs...)
+		return nil, nil, errors.Join(d.errs...)
 	}
 	out := make(map[string]any, len(set))
 	cv := reflect.ValueOf(cfg)
 	for _, f := range fields() {
-		if set[f.key] {
+		if _, ok := set[f.key]; ok {
 			out[f.key] = cv.FieldByIndex(f.index).Interface()
 		}
 	}
-	return out, nil
+	return out, set, nil
 }
 
 // parseList reads the YAML text of a variable holding a list of structs, in flow style:
@@ -115,8 +115,9 @@ func describe(n *yaml.Node) string {
 }
 
 // section decodes a mapping into the struct dst. prefix is the dotted path of dst with a
-// trailing dot ("" at the top); set collects the keys of the leaves written.
-func (d *decoder) section(n *yaml.Node, dst reflect.Value, prefix string, set map[string]bool) {
+// trailing dot ("" at the top); set collects the keys of the leaves written, each with
+// its line.
+func (d *decoder) section(n *yaml.Node, dst reflect.Value, prefix string, set map[string]int) {
 	t := dst.Type()
 	names := make([]string, t.NumField())
 	for i := range names {
@@ -172,7 +173,7 @@ func (d *decoder) section(n *yaml.Node, dst reflect.Value, prefix string, set ma
 			continue
 		}
 		if d.leaf(vn, k, fv, key) && set != nil {
-			set[key] = true
+			set[key] = kn.Line
 		}
 	}
 }
@@ -286,8 +287,8 @@ func (d *decoder) leaf(n *yaml.Node, k kind, dst reflect.Value, key string) bool
 
 // YAML returns the configuration as a YAML document with every key, in the layout of the
 // file, such that loading it gives c back. A set auth.token or proxy.upstream_password
-// (secretKeys) is written as "***", so the output is safe to print and share (but then
-// does not load back to the same secret).
+// (secretKeys) is written as "***", so the output is safe to print and share; Load
+// refuses "***" as a secret, so the output loads back only once the secrets are set.
 func (c Config) YAML() ([]byte, error) {
 	root := encodeStruct(reflect.ValueOf(c), "")
 	var buf bytes.Buffer

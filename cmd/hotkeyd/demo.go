@@ -12,9 +12,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/agent"
@@ -70,6 +72,13 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) (err err
 	ctx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
 
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	redis.SetLogger(goRedisLogger{log})
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go ignoreHangups(agentCtx, hup, log)
+
 	rules := detector.DefaultRules()
 	flashRate := 20 * rules.Read.Rate
 	var proxy *sampler.Proxy
@@ -78,7 +87,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) (err err
 		HTTPListen: "127.0.0.1:0",
 		UDPListen:  "127.0.0.1:0",
 		Rules:      &rules,
-		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:     log,
 	}
 	if bin, err := exec.LookPath("redis-server"); err == nil && !*noRedis {
 		stop, addr, err := startRedis(ctx, bin)

@@ -271,6 +271,10 @@ func TestServeMisconfigured(t *testing.T) {
 	tcpAddr, udpAddr := taken.Addr().String(), takenUDP.LocalAddr().String()
 	nothing := freeAddr(t) // nothing listens there
 	dir := t.TempDir()
+	plain := filepath.Join(dir, "plain") // a file, where registry.file wants a directory
+	if err := os.WriteFile(plain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ephemeral := []string{"--http-listen", "127.0.0.1:0", "--udp-listen", "127.0.0.1:0"}
 	tests := []struct {
 		name string
@@ -286,6 +290,12 @@ func TestServeMisconfigured(t *testing.T) {
 		{"config file a directory", nil, append(ephemeral, "--config", dir), []string{"config", dir}},
 		{"config file without --config", nil, append(ephemeral, filepath.Join(dir, "hotkeyd.yaml")), []string{"--config " + filepath.Join(dir, "hotkeyd.yaml")}},
 		{"misspelt environment variable", []string{"HOTKEYD_AUTH_TOKN=s3cret"}, ephemeral, []string{"HOTKEYD_AUTH_TOKN", "HOTKEYD_AUTH_TOKEN"}},
+		{"registry.file in a missing directory", []string{"HOTKEYD_REGISTRY_FILE=" + filepath.Join(dir, "missing", "events.json")}, ephemeral,
+			[]string{"registry.file", filepath.Join(dir, "missing")}},
+		{"registry.file under a file", []string{"HOTKEYD_REGISTRY_FILE=" + filepath.Join(plain, "events.json")}, ephemeral,
+			[]string{"registry.file", "not a directory"}},
+		{"proxy tap dialing itself", nil, append(ephemeral, "--proxy-listen", "127.0.0.1:7641", "--proxy-upstream", "localhost:7641"),
+			[]string{"proxy.upstream", "proxy.listen", "own listener"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

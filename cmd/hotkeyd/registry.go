@@ -41,6 +41,12 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		fmt.Fprint(stdout, registryUsage)
 		return nil
 	}
+	switch sub {
+	case "list", "show", "add", "rm":
+	default:
+		fmt.Fprint(stderr, registryUsage)
+		return fmt.Errorf("registry: unknown subcommand %q; use list, show, add or rm", sub)
+	}
 	fs := newFlags("registry "+sub, args[1:], stdout, stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), registryUsage, "\nFlags:\n")
@@ -48,7 +54,7 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	}
 	addr := fs.String("addr", "http://127.0.0.1:9736", "the agent's HTTP `URL`")
 	token := fs.String("token", "", "bearer `token` for changes (default $HOTKEYD_AUTH_TOKEN)")
-	file := fs.String("file", "", "event JSON `file` for add (- for stdin)")
+	var file string
 	var ev struct {
 		ID                string   `json:"id,omitempty"`
 		Name              string   `json:"name,omitempty"`
@@ -64,26 +70,33 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		Owner             string   `json:"owner,omitempty"`
 		Note              string   `json:"note,omitempty"`
 	}
-	fs.StringVar(&ev.ID, "id", "", "event id (generated when empty)")
-	fs.StringVar(&ev.Name, "name", "", "event name")
-	fs.StringArrayVar(&ev.Patterns, "pattern", nil, "key pattern: exact, prefix:* or glob (repeat for more)")
-	fs.StringVar(&ev.Start, "start", "", "start, RFC 3339 with zone")
-	fs.StringVar(&ev.End, "end", "", "end, RFC 3339 with zone")
-	fs.StringVar(&ev.Lead, "lead", "", "arm this long before the start (Go duration)")
-	fs.StringVar(&ev.Recurrence, "recurrence", "", "daily, weekly, daily@19:30, weekly@sat 19:30 or cron:EXPR")
-	fs.StringVar(&ev.Zone, "zone", "", "IANA zone of a recurrence, such as Europe/Madrid")
-	fs.Float64Var(&ev.ExpectedReadRate, "expected-read-rate", 0, "expected peak reads/s on one key")
-	fs.Float64Var(&ev.ExpectedWriteRate, "expected-write-rate", 0, "expected peak writes/s on one key")
-	fs.StringSliceVar(&ev.Mitigations, "mitigation", nil, "auto (default), l1, copies, sharded_counter, batched_counter")
-	fs.StringVar(&ev.Owner, "owner", "", "who to call")
-	fs.StringVar(&ev.Note, "note", "", "free text")
+	if sub == "add" { // the event's flags are add's only, and so is its help
+		fs.StringVar(&file, "file", "", "event JSON `file` (- for stdin)")
+		fs.StringVar(&ev.ID, "id", "", "event id (generated when empty)")
+		fs.StringVar(&ev.Name, "name", "", "event name")
+		fs.StringArrayVar(&ev.Patterns, "pattern", nil, "key pattern: exact, prefix:* or glob (repeat for more)")
+		fs.StringVar(&ev.Start, "start", "", "start, RFC 3339 with zone")
+		fs.StringVar(&ev.End, "end", "", "end, RFC 3339 with zone")
+		fs.StringVar(&ev.Lead, "lead", "", "arm this long before the start (Go duration)")
+		fs.StringVar(&ev.Recurrence, "recurrence", "", "daily, weekly, daily@19:30, weekly@sat 19:30 or cron:EXPR")
+		fs.StringVar(&ev.Zone, "zone", "", "IANA zone of a recurrence, such as Europe/Madrid")
+		fs.Float64Var(&ev.ExpectedReadRate, "expected-read-rate", 0, "expected peak reads/s on one key")
+		fs.Float64Var(&ev.ExpectedWriteRate, "expected-write-rate", 0, "expected peak writes/s on one key")
+		fs.StringSliceVar(&ev.Mitigations, "mitigation", nil, "auto (default), l1, copies, sharded_counter, batched_counter")
+		fs.StringVar(&ev.Owner, "owner", "", "who to call")
+		fs.StringVar(&ev.Note, "note", "", "free text")
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	if !fs.Changed("token") {
 		*token = os.Getenv("HOTKEYD_AUTH_TOKEN") // not the flag's default: help would show it
 	}
-	base := strings.TrimSuffix(*addr, "/") + "/v1/registry"
+	u, err := agentURL(*addr, "/v1/registry")
+	if err != nil {
+		return err
+	}
+	base := u.String()
 	c := &apiClient{http: &http.Client{Timeout: 10 * time.Second}, token: *token}
 	switch sub {
 	case "list":
@@ -130,14 +143,14 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	case "add":
 		var body []byte
 		switch {
-		case *file == "-":
+		case file == "-":
 			b, err := io.ReadAll(stdin)
 			if err != nil {
 				return err
 			}
 			body = b
-		case *file != "":
-			b, err := os.ReadFile(*file)
+		case file != "":
+			b, err := os.ReadFile(file)
 			if err != nil {
 				return err
 			}
@@ -156,10 +169,8 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 			return err
 		}
 		fmt.Fprintln(stdout, "registered", tableCell(stored.ID)) // the server's words
-		return nil
 	}
-	fmt.Fprint(stderr, registryUsage)
-	return fmt.Errorf("registry: unknown subcommand %q; use list, show, add or rm", sub)
+	return nil
 }
 
 // apiClient calls the agent's JSON API and turns {"error": …} answers into errors.

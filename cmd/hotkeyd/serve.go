@@ -2,11 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hotkeyd/hotkeyd/agent"
@@ -14,9 +20,17 @@ import (
 	"github.com/hotkeyd/hotkeyd/detector"
 	"github.com/hotkeyd/hotkeyd/mitigate"
 	"github.com/hotkeyd/hotkeyd/sampler"
+	"github.com/redis/go-redis/v9"
 )
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	// From the start: a SIGHUP while the configuration loads is logged once there is a log.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
 	fs := newFlags("serve", args, stdout, stderr)
 	config.RegisterFlags(fs)
 	fs.Usage = func() {
@@ -44,6 +58,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg.Log, stderr)
+	redis.SetLogger(goRedisLogger{log})
+	go ignoreHangups(ctx, hup, log)
+	regFile, err := checkRegistryFile(cfg, log)
+	if err != nil {
+		return err
+	}
 	opts, err := agentOptions(cfg, log)
 	if err != nil {
 		return err
@@ -55,6 +75,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Logged once nothing can fail at start any more, so that a failure is one line.
+	logFiles(config.FileName(config.LoadOptions{Flags: fs}), regFile, cfg, log)
+	warnUnauthenticated(cfg, log)
 	return a.Run(ctx)
 }
 
@@ -177,6 +200,122 @@ func plannerOptions(m config.Mitigate) mitigate.PlannerOptions {
 		CoolDown:  m.CoolDown,
 		Lease:     m.Lease,
 	}
+}
+
+// ignoreHangups logs each SIGHUP that arrives on hup until ctx ends. Operators send it
+// expecting a reload, and closing the terminal of a foreground hotkeyd sends it too:
+// neither should stop the agent without a drain, as the default action would.
+func ignoreHangups(ctx context.Context, hup <-chan os.Signal, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			log.Warn("SIGHUP ignored: hotkeyd does not reload its configuration; restart it to apply changes")
+		}
+	}
+}
+
+// goRedisLogger sends go-redis's own log lines (a pool that cannot dial, twice a second
+// while Redis is down) to the process's log, at debug level: the agent logs its own
+// warning about an unreachable Redis, and a plain-text line would break a JSON log.
+type goRedisLogger struct {
+	log *slog.Logger
+}
+
+func (l goRedisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	l.log.Log(ctx, slog.LevelDebug, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
+}
+
+// warnUnauthenticated warns when a listener that the auth token guards is reachable from
+// other hosts while no token is set. A host that is empty, unspecified (0.0.0.0, ::) or
+// anything but localhost and a loopback IP counts as reachable.
+func warnUnauthenticated(cfg config.Config, log *slog.Logger) {
+	if cfg.Auth.Token != "" {
+		return
+	}
+	if !loopback(cfg.HTTP.Listen) {
+		log.Warn("http.listen is not a loopback address and auth.token is not set: the mutating endpoints (registry, overrides, sample ingest) "+
+			"are unauthenticated and open to the network; set auth.token (HOTKEYD_AUTH_TOKEN)", "listen", cfg.HTTP.Listen)
+	}
+	if cfg.UDP.Listen != "" && !loopback(cfg.UDP.Listen) {
+		log.Warn("udp.listen is not a loopback address and auth.token is not set: anyone who reaches it can send sample reports; "+
+			"set auth.token (HOTKEYD_AUTH_TOKEN), which every report must then carry", "listen", cfg.UDP.Listen)
+	}
+}
+
+// loopback reports whether the host of addr is localhost or a loopback IP.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
+}
+
+// checkRegistryFile returns registry.file as an absolute path ("" when empty), and fails
+// when its directory takes no new files, which the store's atomic writes need, so that
+// this is told at start rather than at the first change. With redis.addrs the events live
+// in Redis and the file is written only while Redis does not answer: that is a warning.
+func checkRegistryFile(cfg config.Config, log *slog.Logger) (string, error) {
+	if cfg.Registry.File == "" {
+		return "", nil
+	}
+	abs, err := filepath.Abs(cfg.Registry.File)
+	if err != nil {
+		return "", fmt.Errorf("registry.file %q: %w", cfg.Registry.File, err)
+	}
+	if err := writableDir(abs); err != nil {
+		if len(cfg.Redis.Addrs) == 0 {
+			return "", fmt.Errorf("registry.file %q: %w; use a directory hotkeyd can write to, or registry.file \"\" to keep the events in memory only", abs, err)
+		}
+		log.Warn("registry.file: its directory takes no new files; the events this agent keeps while Redis does not answer cannot be saved",
+			"registry_file", abs, "err", err)
+	}
+	return abs, nil
+}
+
+// logFiles logs the config file read (cfgFile; none when empty) and the registry file
+// (regFile, absolute), so that two agents sharing one are seen, and where the registry
+// keeps its events.
+func logFiles(cfgFile, regFile string, cfg config.Config, log *slog.Logger) {
+	if cfgFile == "" {
+		cfgFile = "none"
+	} else if abs, err := filepath.Abs(cfgFile); err == nil {
+		cfgFile = abs
+	}
+	store := "file"
+	switch {
+	case len(cfg.Redis.Addrs) > 0:
+		store = "redis" // seeded from the file, which keeps the events while Redis does not answer
+	case regFile == "":
+		store = "memory"
+	}
+	if regFile == "" {
+		regFile = "none (events in memory only)"
+	}
+	log.Info("configuration", "config_file", cfgFile, "registry_file", regFile, "registry_store", store)
+}
+
+// writableDir checks that a file can be created beside path, as the registry's atomic
+// writes do. The probe's name starts as theirs do, so that the store removes it at its
+// next start if it is ever left behind.
+func writableDir(path string) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-probe-")
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("cannot create files in %s: %w", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 func newLogger(c config.Log, w io.Writer) *slog.Logger {

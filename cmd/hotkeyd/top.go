@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -54,9 +56,9 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	default:
 		return fmt.Errorf("--op %q: want all, read or write (or bytes, with detector.bytes on)", *op)
 	}
-	u, err := url.Parse(strings.TrimSuffix(*addr, "/") + "/v1/topk")
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("--addr %q: want a URL such as http://127.0.0.1:9736", *addr)
+	u, err := agentURL(*addr, "/v1/topk")
+	if err != nil {
+		return err
 	}
 	u.RawQuery = url.Values{"n": {fmt.Sprint(*n)}, "op": {*op}}.Encode()
 	client := &http.Client{Timeout: 5 * time.Second}
@@ -71,6 +73,9 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A hang-up (the terminal closed) ends the view as q does.
+	ctx, stopHangup := signal.NotifyContext(ctx, syscall.SIGHUP)
+	defer stopHangup()
 	if f, ok := stdin.(*os.File); ok {
 		if restore, err := rawTerminal(f); err == nil {
 			defer restore()
@@ -96,7 +101,7 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		reply, err := fetchTop(ctx, client, u.String())
 		if ctx.Err() != nil {
 			fmt.Fprintln(stdout)
-			return nil // q, Ctrl-C or SIGTERM during the request: not an error to show
+			return nil // q, Ctrl-C, SIGTERM or SIGHUP during the request: not an error to show
 		}
 		frame.Reset()
 		cols, rows, tty := 0, 0, false
@@ -153,6 +158,16 @@ func writeFrame(frame *bytes.Buffer, reply *agent.TopK, err error, addr string, 
 		frame.WriteByte('\n')
 		rest = after
 	}
+}
+
+// agentURL returns the URL of path (such as "/v1/topk") at the agent whose base URL is
+// addr, the value of --addr, or an error that says what --addr wants.
+func agentURL(addr, path string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSuffix(addr, "/") + path)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("--addr %q: want a URL such as http://127.0.0.1:9736", addr)
+	}
+	return u, nil
 }
 
 func fetchTop(ctx context.Context, c *http.Client, u string) (*agent.TopK, error) {

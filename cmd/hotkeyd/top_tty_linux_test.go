@@ -101,11 +101,11 @@ func (p *ttyTop) cooked(t *testing.T) bool {
 	return tio.Lflag&unix.ICANON != 0 && tio.Lflag&unix.ECHO != 0
 }
 
-// TestTopTTYQuitAndSignals: q, Ctrl-C and SIGTERM each end top with status 0 and leave the
-// terminal as it found it (echo and line editing on).
+// TestTopTTYQuitAndSignals: q, Ctrl-C, SIGTERM and SIGHUP (the terminal closed) each end
+// top with status 0 and leave the terminal as it found it (echo and line editing on).
 func TestTopTTYQuitAndSignals(t *testing.T) {
 	addr := feedAgent(t, "score:match42")
-	for _, how := range []string{"q", "ctrl-c", "sigterm"} {
+	for _, how := range []string{"q", "ctrl-c", "sigterm", "sighup"} {
 		t.Run(how, func(t *testing.T) {
 			p := startTTYTop(t, 100, 30, "--addr", addr, "--interval", "100ms")
 			eventually(t, "a frame", func() bool { return strings.Contains(p.output(), "score:match42") })
@@ -119,6 +119,8 @@ func TestTopTTYQuitAndSignals(t *testing.T) {
 				_, _ = p.master.Write([]byte{3})
 			case "sigterm":
 				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			case "sighup":
+				_ = p.cmd.Process.Signal(syscall.SIGHUP)
 			}
 			if err := p.wait(t); err != nil {
 				t.Errorf("top after %s: %v; want exit status 0", how, err)
