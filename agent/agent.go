@@ -229,6 +229,22 @@ func (a *Agent) UDPAddr() net.Addr {
 	return a.udp.Addr()
 }
 
+// ownName returns the original key of a copy or a sub-counter name (mitigate.ParseName:
+// "{hk:copy2:…}score:match42" is score:match42), and key itself otherwise. A proxy tap or
+// MONITOR sees the names SDK clients send; counted as themselves, a split key would look
+// cold once its reads go to the copies, its mitigation would end while the traffic goes
+// on, and the names would turn hot and get mitigations of their own. The prefix test
+// keeps other keys at one comparison.
+func ownName(key []byte) []byte {
+	if len(key) < 5 || key[0] != '{' || key[1] != 'h' || key[2] != 'k' || key[3] != ':' {
+		return key
+	}
+	if _, _, orig, ok := mitigate.ParseName(string(key)); ok && orig != "" {
+		return key[len(key)-len(orig):]
+	}
+	return key
+}
+
 // Registry returns the registry holding the agent's metrics.
 func (a *Agent) Registry() *prometheus.Registry { return a.opts.Registry }
 
@@ -238,6 +254,8 @@ func (a *Agent) Detector() *detector.Detector { return a.det }
 // Accept takes a batch of samples from a source (sampler.Sink). Keys longer than
 // MaxKeyBytes are truncated and marked; each sample counts Count/Rate requests of the full
 // traffic, rounded stochastically so that sums stay unbiased, and as many times its Bytes.
+// A sample of a name hotkeyd makes in Redis, a copy or a sub-counter, counts for the key it
+// stands for (see ownName).
 func (a *Agent) Accept(b sampler.Batch) {
 	rate := b.Rate
 	if !(rate > 0 && rate <= 1) {
@@ -256,7 +274,7 @@ func (a *Agent) Accept(b sampler.Batch) {
 	items := (*buf)[:0]
 	for i := range b.Samples {
 		s := &b.Samples[i]
-		key, flags := s.Key, origin
+		key, flags := ownName(s.Key), origin
 		if len(key) > a.opts.MaxKeyBytes {
 			key, flags = key[:a.opts.MaxKeyBytes], flags|FlagTruncated
 		}
