@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,15 @@ import (
 // writes now: LOADING, BUSY, CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY) applied
 // nothing: its sum is kept and retried with a backoff from the flush interval doubling
 // to MaxFlushBackoff, until Redis is back or Close.
+//
+// go-redis does not always say that no connection could be made (a refused connection
+// whose dial retries outlast the flush's timeout ends as context.DeadlineExceeded), so
+// a sum whose last flush failed, for any reason, is not sent again blind: the node that
+// owns its target is asked first (EXISTS target, alone in its round trip), and when that
+// gets no answer from Redis nothing was sent, and the failure counts as unreachable.
+// Only a failure after an answered probe counts towards MaxFlushTries, besides the
+// first failure of a sum (which had no probe). A flush of a sum that never failed is
+// one INCRBY, as before.
 const MaxFlushTries = 3
 
 // MaxFlushBackoff bounds the wait between flushes of a sum while Redis is unreachable.
@@ -50,6 +60,9 @@ type CounterStats struct {
 	// Each drop is also logged at Error with the key and the sum.
 	Dropped     int64
 	DroppedAdds uint64
+	// WriteFlushes counts the flushes the plan hook made before a command of the app's
+	// client that writes a key with a pending sum (see Counter).
+	WriteFlushes uint64
 }
 
 // Counter adds to and reads integer counters (INCRBY keys) following the plan. Unlike
@@ -78,6 +91,39 @@ type CounterStats struct {
 //
 // The path is chosen per call, from the plan the client holds, so a plan change affects
 // the next Add; a flush takes the sharded_counter entry held when it runs.
+//
+// Writes of the key through the app's own client (the one Attach hooked) keep the
+// process's order:
+//
+//   - batched: a command that writes a key with a sum pending or in flight (DEL, SET,
+//     EXPIRE, INCR, RENAME…: every write in the command table, and WATCH, so that a
+//     transaction reads the Adds before it) first flushes that key's sum, in the
+//     command's context, waiting for a flush in flight; a pipeline or transaction
+//     flushes the keys of all its writes before it is sent. If that flush fails and the
+//     sum is kept, the command is not sent and fails with an error wrapping the flush's
+//     (sent, it would overtake the sum); a sum Redis refuses (the key is not an
+//     integer) is dropped, as a plain INCRBY would have failed, and the command goes on.
+//     A key written that way after every Add is in effect not batched. While no sum is
+//     pending, this costs one atomic load per command. Not covered: writes through
+//     another client or process, Lua scripts (EVAL's keys are taken for written, but a
+//     script may name keys it is not given), and go-redis's own retries of a command
+//     that timed out;
+//   - sharded: a DEL or UNLINK of the key first deletes its listed sub-counters and the
+//     stashes of folds in flight, marking those folds as added so they add nothing
+//     after the DEL (mitigate.ClearSubCounters); an EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT
+//     or PERSIST is first applied to each sub-counter and stash too
+//     (mitigate.ExpireSubCounters), and a fold into a key that does not exist gives it
+//     the TTL its sub-counter had (a value whose TTL passed is not folded). If the
+//     sub-counters cannot be reached, the command is not sent and fails. Increments
+//     acknowledged before the command are reset or expire with it; those made
+//     meanwhile may or may not be (on a cluster the sub-counters live on other nodes:
+//     no atomic step). The reply is the key's own (DEL of a key whose whole value was
+//     in sub-counters replies 0). This holds for keys with a sharded_counter entry in
+//     this client's plan within the last two leases, for single commands outside
+//     MULTI; not for pipelines, transactions, scripts, a ClusterClient's node clients,
+//     other processes, or other whole-key writes (SET, GETSET, GETDEL, RENAME, COPY,
+//     RESTORE, which see or replace the key's part only): reset a sharded counter with
+//     DEL, not SET key 0.
 //
 // Errors: on the plain and sharded paths Add returns Redis's error, and the increment
 // may or may not have been made (as with INCRBY). On the batched path Add never fails: a
@@ -110,6 +156,13 @@ type Counter struct {
 	listMu sync.Mutex           // guards listed
 	listed map[string]time.Time // sub-counter → until when Add may increment it without listing it again (Client clock)
 
+	shardedMu sync.Mutex // guards shardedKeys
+	// shardedKeys: key → until when a DEL or EXPIRE of it through the app's client
+	// reaches its sub-counters too (Client clock): the end of its sharded_counter lease
+	// plus two leases, long enough for the executor to fold and forget them.
+	shardedKeys map[string]time.Time
+	nsharded    atomic.Int64 // len(shardedKeys): the plan hook's check, one load while 0
+
 	closed    atomic.Bool   // set by Close before it drains the stripes; read under a stripe's lock by Add
 	kick      chan struct{} // holds at most one wake-up for the flusher: a new sum is pending
 	stop      chan struct{} // closed by Close
@@ -119,15 +172,20 @@ type Counter struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	plain, sharded, batched, flushes, flushErrors, uncertain, droppedAdds atomic.Uint64
-	dropped                                                               atomic.Int64
+	// owed counts the keys with a sum pending or in a flush in flight: the plan hook
+	// looks at it before anything else, so that it costs one load while it is 0.
+	owed atomic.Int64
+
+	plain, sharded, batched, flushes, flushErrors, uncertain, droppedAdds, writeFlushes atomic.Uint64
+	dropped                                                                             atomic.Int64
 }
 
 // counterStripe holds the pending sums of the keys that hash to it.
 type counterStripe struct {
-	mu      sync.Mutex // guards pending
-	pending map[string]*batch
-	_       [48]byte
+	mu       sync.Mutex // guards pending and inflight
+	pending  map[string]*batch
+	inflight map[string]struct{} // keys whose sum a flush has taken and not yet settled
+	_        [40]byte
 }
 
 // batch is a key's pending sum.
@@ -141,10 +199,11 @@ type batch struct {
 }
 
 func newCounter(c *Client) *Counter {
-	k := &Counter{c: c, listed: make(map[string]time.Time),
+	k := &Counter{c: c, listed: make(map[string]time.Time), shardedKeys: make(map[string]time.Time),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range k.stripes {
 		k.stripes[i].pending = make(map[string]*batch)
+		k.stripes[i].inflight = make(map[string]struct{})
 	}
 	return k
 }
@@ -195,6 +254,7 @@ func (k *Counter) addPending(key string, n int64, every time.Duration) bool {
 	if fresh {
 		b = &batch{due: time.Now().Add(every), every: every}
 		s.pending[key] = b
+		k.owed.Add(1)
 	}
 	b.sum += n
 	b.adds++
@@ -305,18 +365,99 @@ func (k *Counter) target(ctx context.Context, key string, e leasedEntry, now tim
 // does not use any more, so that an entry using them again lists them again.
 func (k *Counter) onPlan(ix *planIndex) {
 	used := make(map[string]bool)
-	for _, kp := range ix.keys {
+	now := k.c.now()
+	k.shardedMu.Lock()
+	for key, kp := range ix.keys {
 		for _, e := range kp.others {
 			if e.Kind == mitigate.ShardedCounter {
 				for _, n := range e.SubCounters {
 					used[n.Name] = true
 				}
+				if until := e.until.Add(2 * mitigate.DefaultLease); until.After(k.shardedKeys[key]) {
+					k.shardedKeys[key] = until
+				}
 			}
 		}
 	}
+	maps.DeleteFunc(k.shardedKeys, func(_ string, until time.Time) bool { return !now.Before(until) })
+	k.nsharded.Store(int64(len(k.shardedKeys)))
+	k.shardedMu.Unlock()
 	k.listMu.Lock()
 	maps.DeleteFunc(k.listed, func(sub string, _ time.Time) bool { return !used[sub] })
 	k.listMu.Unlock()
+}
+
+// isSharded reports whether key had a sharded_counter entry recently (see shardedKeys).
+func (k *Counter) isSharded(key string, now time.Time) bool {
+	k.shardedMu.Lock()
+	until, ok := k.shardedKeys[key]
+	k.shardedMu.Unlock()
+	return ok && now.Before(until)
+}
+
+// keyOp says what a command does to a whole key that the sub-counters of a sharded
+// counter must follow.
+type keyOp int
+
+const (
+	keyOpNone   keyOp = iota
+	keyOpDelete       // DEL, UNLINK: every argument is a key
+	keyOpExpire       // EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST: the key at args[1]
+)
+
+func keyOpOf(name string) keyOp {
+	for _, n := range [...]string{"del", "unlink"} {
+		if strings.EqualFold(name, n) {
+			return keyOpDelete
+		}
+	}
+	for _, n := range [...]string{"expire", "pexpire", "expireat", "pexpireat", "persist"} {
+		if strings.EqualFold(name, n) {
+			return keyOpExpire
+		}
+	}
+	return keyOpNone
+}
+
+// beforeKeyOp makes a DEL (UNLINK) or a TTL change (EXPIRE family, PERSIST) of a
+// sharded counter's key through the app's client reach the counter's sub-counters too,
+// before the command is sent: mitigate.ClearSubCounters, mitigate.ExpireSubCounters.
+// It does so for the keys that had a sharded_counter entry in this client's plan
+// within two leases (shardedKeys). A non-nil error means the sub-counters could not be
+// reached: the caller must not send cmd, which would do half of it.
+func (k *Counter) beforeKeyOp(ctx context.Context, cmd redis.Cmder) error {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return nil
+	}
+	name, _ := args[0].(string)
+	op := keyOpOf(name)
+	if op == keyOpNone {
+		return nil
+	}
+	c := k.c
+	now := c.now()
+	ictx := internal(ctx)
+	if op == keyOpExpire {
+		key := argString(args[1])
+		if !k.isSharded(key, now) {
+			return nil
+		}
+		if _, err := mitigate.ExpireSubCounters(ictx, c.rdb, key, args); err != nil {
+			return fmt.Errorf("client: not sent: %w", err)
+		}
+		return nil
+	}
+	for _, a := range args[1:] {
+		key := argString(a)
+		if !k.isSharded(key, now) {
+			continue
+		}
+		if _, err := mitigate.ClearSubCounters(ictx, c.rdb, key); err != nil {
+			return fmt.Errorf("client: not sent: %w", err)
+		}
+	}
+	return nil
 }
 
 // flusher sends the pending sums when they are due, until Close.
@@ -344,15 +485,31 @@ func (k *Counter) flusher() {
 type flushItem struct {
 	key    string
 	b      *batch
-	target string // the key or a sub-counter
-	cmd    *redis.IntCmd
+	target string        // the key or a sub-counter
+	probe  *redis.IntCmd // EXISTS target, sent first when the sum's last flush failed
+	cmd    *redis.IntCmd // INCRBY target sum; nil when the probe failed
 }
+
+// flushMode says who flushes: the flusher (due sums), Close (every sum, once), or the
+// plan hook before a write of the keys (see beforeWrite).
+type flushMode int
+
+const (
+	flushDue flushMode = iota
+	flushAll
+	flushWrite
+)
+
+// flushingKey marks the contexts of the Counter's own flushes, which the plan hook must
+// not hold back for the pending sums of their keys (the flush is what it would wait for).
+type flushingKey struct{}
+
+func isFlushing(ctx context.Context) bool { return ctx.Value(flushingKey{}) != nil }
 
 // flush sends the sums that are due (all of them when all is set) in one pipeline, puts
 // back those that failed, and returns the earliest due time of the sums left (zero when
 // none).
 func (k *Counter) flush(all bool) (next time.Time) {
-	c := k.c
 	k.flushMu.Lock()
 	defer k.flushMu.Unlock()
 	now := time.Now()
@@ -364,6 +521,7 @@ func (k *Counter) flush(all bool) (next time.Time) {
 			if all || !now.Before(b.due) {
 				items = append(items, flushItem{key: key, b: b, target: key})
 				delete(s.pending, key)
+				s.inflight[key] = struct{}{}
 			} else if next.IsZero() || b.due.Before(next) {
 				next = b.due
 			}
@@ -373,31 +531,146 @@ func (k *Counter) flush(all bool) (next time.Time) {
 	if len(items) == 0 {
 		return next
 	}
+	mode := flushDue
+	if all {
+		mode = flushAll
+	}
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), flushingKey{}, true), k.c.timeout)
+	defer cancel()
+	if due, _ := k.send(ctx, items, mode, now); !due.IsZero() && (next.IsZero() || due.Before(next)) {
+		next = due
+	}
+	return next
+}
+
+// owes reports whether key has a sum pending or in a flush in flight.
+func (k *Counter) owes(key string) bool {
+	s := k.stripe(key)
+	s.mu.Lock()
+	_, pending := s.pending[key]
+	_, inflight := s.inflight[key]
+	s.mu.Unlock()
+	return pending || inflight
+}
+
+// beforeWrite flushes the pending sums of the keys cmd writes, in ctx, so that Adds made
+// before a write of their key through the app's client reach Redis before it (the plan
+// hook calls it for every command while some sum is pending; with none it is not called).
+// It waits for a flush in flight first. A non-nil error means a sum of those keys could
+// not be flushed and is still pending: the caller must not send cmd, which would overtake
+// it. A sum Redis refuses is dropped (logged, counted) and is no error: an INCRBY of the
+// plain path would have failed the same way, before the write.
+func (k *Counter) beforeWrite(ctx context.Context, cmds ...redis.Cmder) error {
+	var keys []string
+	for _, cmd := range cmds {
+		w := k.c.classify(cmd)
+		if !w.write {
+			continue
+		}
+		for _, key := range w.keys {
+			if k.owes(key) && !slices.Contains(keys, key) {
+				keys = append(keys, key)
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	k.flushMu.Lock()
+	defer k.flushMu.Unlock()
+	now := time.Now()
+	var items []flushItem
+	for _, key := range keys {
+		s := k.stripe(key)
+		s.mu.Lock()
+		if b := s.pending[key]; b != nil {
+			items = append(items, flushItem{key: key, b: b, target: key})
+			delete(s.pending, key)
+			s.inflight[key] = struct{}{}
+		}
+		s.mu.Unlock()
+	}
+	if len(items) == 0 {
+		return nil // the flush we waited for took them
+	}
+	k.writeFlushes.Add(1)
+	_, err := k.send(context.WithValue(ctx, flushingKey{}, true), items, flushWrite, now)
+	if err != nil {
+		select { // the flusher's timer may be set for later than the sum kept
+		case k.kick <- struct{}{}:
+		default:
+		}
+		return fmt.Errorf("client: not sent: the pending batched increments of its keys could not be flushed before it (they are kept): %w", err)
+	}
+	return nil
+}
+
+// send sends items' sums, each to its target, under flushMu, and settles each: counted
+// when acknowledged, else put back or dropped. A sum whose last flush failed is not sent
+// again blind: its target's node is probed first (EXISTS target, routed as the INCRBY
+// is, in a round trip of its own); a probe without an answer from Redis means nothing
+// was sent, which counts as unreachable whatever the error (go-redis reports a refused
+// connection as the context's deadline once its dial retries outlast it). A sum with no
+// failed flush is sent at once, at no extra cost. It returns the earliest due time of
+// the sums put back, and the error of the first one kept.
+func (k *Counter) send(ctx context.Context, items []flushItem, mode flushMode, now time.Time) (next time.Time, kept error) {
+	c := k.c
 	cnow := c.now()
 	ix := c.follower.cur.Load()
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
 	for i := range items {
 		if e, ok := ix.leased(items[i].key, mitigate.ShardedCounter, cnow); ok {
 			items[i].target = k.target(ctx, items[i].key, e, cnow)
 		}
 	}
-	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range items {
-			items[i].cmd = p.IncrBy(ctx, items[i].target, items[i].b.sum)
+	probes := 0
+	for i := range items {
+		if items[i].b.tries > 0 || items[i].b.waits > 0 {
+			probes++
 		}
-		return nil
-	})
+	}
+	if probes > 0 {
+		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range items {
+				if items[i].b.tries > 0 || items[i].b.waits > 0 {
+					items[i].probe = p.Exists(ctx, items[i].target)
+				}
+			}
+			return nil
+		})
+	}
+	sending := len(items)
+	for i := range items {
+		if items[i].probe != nil && !answered(items[i].probe.Err()) {
+			sending--
+		}
+	}
+	if sending > 0 {
+		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range items {
+				if items[i].probe == nil || answered(items[i].probe.Err()) {
+					items[i].cmd = p.IncrBy(ctx, items[i].target, items[i].b.sum)
+				}
+			}
+			return nil
+		})
+	}
 	for _, it := range items {
-		err := it.cmd.Err()
+		var err error
+		if it.cmd == nil {
+			err = it.probe.Err()
+		} else {
+			err = it.cmd.Err()
+		}
 		if err == nil {
 			k.flushes.Add(1)
+			k.settled(it.key)
 			continue
 		}
 		k.flushErrors.Add(1)
 		var rerr redis.Error
-		away := unreachable(err)
-		if !away && !errors.As(err, &rerr) {
+		away := it.cmd == nil || unreachable(err)
+		refused := !away && errors.As(err, &rerr)
+		if !away && !refused {
 			k.uncertain.Add(1)
 		}
 		wait := it.b.every
@@ -408,14 +681,19 @@ func (k *Counter) flush(all bool) (next time.Time) {
 			it.b.tries++
 			it.b.waits = 0
 		}
-		if all || it.b.tries >= MaxFlushTries {
+		if mode == flushAll || it.b.tries >= MaxFlushTries || (mode == flushWrite && refused) {
 			k.drop(it, err)
+			k.settled(it.key)
 			continue
 		}
 		due, ok := k.putBack(it.key, it.b, now, wait)
 		if !ok {
 			k.drop(it, err)
+			k.settled(it.key)
 			continue
+		}
+		if kept == nil {
+			kept = err
 		}
 		if next.IsZero() || due.Before(next) {
 			next = due
@@ -423,12 +701,29 @@ func (k *Counter) flush(all bool) (next time.Time) {
 		c.log.Warn("hotkeyd: flushing a batched counter failed; retrying at the next flush",
 			"key", it.key, "target", it.target, "sum", it.b.sum, "tries", it.b.tries, "err", err)
 	}
-	return next
+	return next, kept
+}
+
+// answered reports whether a probe's error (nil included) is an answer from Redis that
+// says it can take writes: a Redis error other than unreachable's (an ACL refusing
+// EXISTS, say) is one, so that such a refusal does not keep the sum forever.
+func answered(err error) bool {
+	var rerr redis.Error
+	return err == nil || errors.As(err, &rerr) && !unreachable(err)
+}
+
+// settled ends the flight of key's sum: acknowledged or dropped.
+func (k *Counter) settled(key string) {
+	s := k.stripe(key)
+	s.mu.Lock()
+	delete(s.inflight, key)
+	s.mu.Unlock()
+	k.owed.Add(-1)
 }
 
 // putBack merges a sum whose flush failed into the key's pending sum and returns when it
 // is due again (after wait, or when the newer sum is due, whichever is later); false when
-// the merged sum would overflow an int64.
+// the merged sum would overflow an int64 (the caller then drops it: see settled).
 func (k *Counter) putBack(key string, b *batch, now time.Time, wait time.Duration) (time.Time, bool) {
 	s := k.stripe(key)
 	s.mu.Lock()
@@ -437,6 +732,9 @@ func (k *Counter) putBack(key string, b *batch, now time.Time, wait time.Duratio
 		if overflows(cur.sum, b.sum) {
 			return time.Time{}, false
 		}
+		// In the same step as the merge, so the hook never sees the key owe nothing.
+		delete(s.inflight, key)
+		k.owed.Add(-1) // cur is counted already
 		cur.sum += b.sum
 		cur.adds += b.adds
 		cur.tries = max(cur.tries, b.tries)
@@ -446,6 +744,7 @@ func (k *Counter) putBack(key string, b *batch, now time.Time, wait time.Duratio
 		}
 		return cur.due, true
 	}
+	delete(s.inflight, key) // stays counted in owed, pending again
 	b.due = now.Add(wait)
 	s.pending[key] = b
 	return b.due, true
@@ -493,7 +792,7 @@ func (k *Counter) Stats() CounterStats {
 	return CounterStats{
 		Plain: k.plain.Load(), Sharded: k.sharded.Load(), Batched: k.batched.Load(),
 		Flushes: k.flushes.Load(), FlushErrors: k.flushErrors.Load(), Uncertain: k.uncertain.Load(),
-		Dropped: k.dropped.Load(), DroppedAdds: k.droppedAdds.Load(),
+		Dropped: k.dropped.Load(), DroppedAdds: k.droppedAdds.Load(), WriteFlushes: k.writeFlushes.Load(),
 	}
 }
 

@@ -63,6 +63,19 @@ func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c := h.c
 	var sess session
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if c.counter.owed.Load() > 0 && !isInternal(ctx) && !isFlushing(ctx) {
+			if err := c.counter.beforeWrite(ctx, cmd); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		// Not inside MULTI: the command runs at EXEC, if at all.
+		if c.counter.nsharded.Load() > 0 && !isInternal(ctx) && !isFlushing(ctx) && !sess.multi.Load() {
+			if err := c.counter.beforeKeyOp(ctx, cmd); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+		}
 		if sess.track(cmd) {
 			return c.processSession(c.applied(ctx), cmd, &sess, next)
 		}
@@ -100,6 +113,12 @@ func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c := h.c
 	var sess session
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if c.counter.owed.Load() > 0 && !c.isApplied(ctx) && !isInternal(ctx) && !isFlushing(ctx) {
+			if err := c.counter.beforeWrite(ctx, cmd); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+		}
 		name := cmdName(cmd)
 		if len(name) >= 4 && len(name) <= 7 && sessionName(name) || sess.multi.Load() || sess.watch.Load() {
 			// The plan hook marks the session commands it sees (an app's Do("multi")
@@ -146,6 +165,9 @@ func (h nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if c.isApplied(ctx) {
 			return next(ctx, cmds)
+		}
+		if err := c.flushBeforePipeline(ctx, cmds); err != nil {
+			return err
 		}
 		return c.processPipeline(ctx, cmds, next)
 	}
@@ -244,8 +266,27 @@ func (c *Client) processSession(ctx context.Context, cmd redis.Cmder, s *session
 func (h planHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	c := h.c
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := c.flushBeforePipeline(ctx, cmds); err != nil {
+			return err
+		}
 		return c.processPipeline(ctx, cmds, next)
 	}
+}
+
+// flushBeforePipeline flushes the pending batched sums of the keys the commands of a
+// pipeline or transaction write (Counter.beforeWrite), before any of them is sent. When
+// that fails, none is sent: each gets the error.
+func (c *Client) flushBeforePipeline(ctx context.Context, cmds []redis.Cmder) error {
+	if c.counter.owed.Load() == 0 || isInternal(ctx) || isFlushing(ctx) {
+		return nil
+	}
+	err := c.counter.beforeWrite(ctx, cmds...)
+	if err != nil {
+		for _, cmd := range cmds {
+			cmd.SetErr(err)
+		}
+	}
+	return err
 }
 
 // processPipeline applies the plan to a pipeline or transaction (see ProcessPipelineHook).

@@ -104,25 +104,40 @@ var (
 	// fold id. When a stash is there (an earlier fold did not finish), it returns it,
 	// setting its id again unchanged (a write, which a WAIT after it covers); else it
 	// moves the sub-counter's value into a new stash under the fresh id, deleting the
-	// sub-counter. Reply: {} when there is nothing to fold, else {id, value}.
+	// sub-counter; the stash expires when the sub-counter would have (an EXPIRE of the
+	// counter reaches its sub-counters: see ExpireSubCounters). Reply: {} when there is
+	// nothing to fold, else {id, value, expiry}: the stash's expiry in Unix ms on this
+	// node's clock, -1 for none (PTTL and TIME, not PEXPIRETIME: Redis < 7 has none).
 	foldMove = newScript(`
+local function expiry(k)
+  local ttl = redis.call('PTTL', k)
+  if ttl < 0 then return -1 end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl
+end
 local id = redis.call('HGET', KEYS[2], 'id')
 if id then
   redis.call('HSET', KEYS[2], 'id', id) -- a write, so a WAIT after it covers the stash
-  return {id, redis.call('HGET', KEYS[2], 'value')}
+  return {id, redis.call('HGET', KEYS[2], 'value'), expiry(KEYS[2])}
 end
 local v = redis.call('GET', KEYS[1])
 if not v then return {} end
+local at = expiry(KEYS[1])
 redis.call('DEL', KEYS[1])
 if v == '0' then return {} end
 redis.call('HSET', KEYS[2], 'id', ARGV[1], 'value', v)
-return {ARGV[1], v}`)
+if at > 0 then redis.call('PEXPIREAT', KEYS[2], at) end
+return {ARGV[1], v, at}`)
 
 	// foldApply (step b, on the key's node). KEYS: key, gen, done; ARGV: value, memory in
-	// ms, a random start for gen. Adds value to the key unless the fold's marker says it
-	// was added already; sets the marker and counts the fold in gen in the same step.
-	// Reply: 1 applied, 0 already (the marker's expiry is then set again: a write that a
-	// WAIT after it covers).
+	// ms, a random start for gen, and the stash's expiry (Unix ms, -1 or absent for
+	// none). Adds value to the key unless the fold's marker says it was added already;
+	// sets the marker and counts the fold in gen in the same step. A value whose expiry
+	// has passed (on this node's clock) is not added: it expired with its sub-counter. A
+	// key the fold creates gets the expiry, so a counter whose value expires with its
+	// sub-counters is not made to live forever by a fold; a key that exists keeps its
+	// own TTL, as with an INCRBY. Reply: 1 applied (or expired), 0 already (the marker's
+	// expiry is then set again: a write that a WAIT after it covers).
 	//
 	// gen expires FoldMemory after the last fold. Were it to start again at 1, a reader
 	// that saw gen = 1 just before it expired, and a fold landing right after, would see
@@ -134,7 +149,13 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('PEXPIRE', KEYS[3], ARGV[2]) -- a write, so a WAIT after it covers the fold
   return 0
 end
-redis.call('INCRBY', KEYS[1], ARGV[1])
+local at = tonumber(ARGV[4] or '-1') or -1
+local t = redis.call('TIME')
+if at <= 0 or at > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+  local fresh = redis.call('EXISTS', KEYS[1]) == 0
+  redis.call('INCRBY', KEYS[1], ARGV[1])
+  if fresh and at > 0 then redis.call('PEXPIREAT', KEYS[1], at) end
+end
 if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SET', KEYS[2], ARGV[3]) end
 redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
@@ -152,6 +173,23 @@ return 0`)
 	readSub = newScript(`
 local s = redis.call('HMGET', KEYS[2], 'id', 'value')
 return {redis.call('GET', KEYS[1]) or '', s[1] or '', s[2] or ''}`)
+
+	// clearSub (ClearSubCounters, on a sub-counter's node). KEYS: sub, stash. Deletes
+	// both. Reply: {the stash's fold id or "", how many of the two existed}.
+	clearSub = newScript(`
+local id = redis.call('HGET', KEYS[2], 'id') or ''
+return {id, redis.call('DEL', KEYS[1], KEYS[2])}`)
+
+	// clearMark (ClearSubCounters, on the key's node). KEYS: gen, done markers…; ARGV:
+	// memory in ms, a random start for gen. Marks each fold as added, so that its step
+	// b, if still to come, adds nothing, and counts one fold in gen, so that a read
+	// spanning the reset starts again.
+	clearMark = newScript(`
+for i = 2, #KEYS do redis.call('SET', KEYS[i], '1', 'PX', ARGV[1]) end
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SET', KEYS[1], ARGV[2]) end
+redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1`)
 
 	// readListed (reader, on the key's node). KEYS: key, its list of sub-counters. Reply:
 	// {value or "", the sub-counters listed}.
@@ -239,6 +277,106 @@ func ReadListedCounter(ctx context.Context, rdb Redis, key string) (int64, error
 		subs[i] = Node{Name: str(m), Slot: Slot(str(m))}
 	}
 	return ReadCounter(ctx, rdb, key, subs)
+}
+
+// ClearSubCounters is the first half of deleting the logical counter key: it deletes
+// every sub-counter listed for key and the stash of every fold in flight, and marks
+// those folds as added to key, so that a fold between its steps a and b adds nothing
+// once key is deleted; the caller then deletes key itself. It leaves the list alone:
+// writers go on incrementing the sub-counters they listed, and readers must keep
+// finding them. Increments acknowledged before it was called are gone once key is
+// deleted; those made meanwhile may or may not be (on a cluster the sub-counters live
+// on other nodes, so this is no atomic step). It returns how many sub-counters and
+// stashes it deleted.
+func ClearSubCounters(ctx context.Context, rdb Redis, key string) (int, error) {
+	subs, err := rdb.Do(ctx, "SMEMBERS", listName(key)).StringSlice()
+	if err != nil {
+		return 0, fmt.Errorf("mitigate: clear counter %q: list of sub-counters: %w", key, err)
+	}
+	if len(subs) == 0 {
+		return 0, nil
+	}
+	type cleared struct {
+		id  string
+		n   int64
+		err error
+	}
+	out := make([]cleared, len(subs))
+	var wg sync.WaitGroup
+	for i, sub := range subs {
+		wg.Go(func() {
+			reply, err := clearSub.run(ctx, rdb, []string{sub, stashName(sub)}).Slice()
+			if err == nil && len(reply) != 2 {
+				err = fmt.Errorf("got %d values; want 2", len(reply))
+			}
+			if err != nil {
+				out[i].err = fmt.Errorf("mitigate: clear counter %q: sub-counter %s: %w", key, sub, err)
+				return
+			}
+			out[i].id = str(reply[0])
+			out[i].n, _ = reply[1].(int64)
+		})
+	}
+	wg.Wait()
+	keys := []string{genName(key)}
+	n := 0
+	for _, c := range out {
+		if c.err != nil {
+			return n, c.err
+		}
+		n += int(c.n)
+		if c.id != "" {
+			keys = append(keys, doneName(key, c.id))
+		}
+	}
+	id, err := newFoldID()
+	if err != nil {
+		return n, err
+	}
+	memory := strconv.FormatInt(FoldMemory.Milliseconds(), 10)
+	if err := clearMark.run(ctx, rdb, keys, memory, genStart(id)).Err(); err != nil {
+		return n, fmt.Errorf("mitigate: clear counter %q: mark folds: %w", key, err)
+	}
+	return n, nil
+}
+
+// ExpireSubCounters applies a command that sets or removes the TTL of the logical
+// counter key — args is the app's EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT or PERSIST with
+// its options, key at args[1] — to every sub-counter listed for key and to the stash of
+// its fold in flight, so that the value they hold expires with key (a fold carries what
+// is left of the TTL into key: see foldMove). It returns how many of them the command
+// applied to. The caller sends args to key itself.
+func ExpireSubCounters(ctx context.Context, rdb Redis, key string, args []any) (int, error) {
+	if len(args) < 2 {
+		return 0, fmt.Errorf("mitigate: expire counter %q: %d arguments; want the command and the key at least", key, len(args))
+	}
+	subs, err := rdb.Do(ctx, "SMEMBERS", listName(key)).StringSlice()
+	if err != nil {
+		return 0, fmt.Errorf("mitigate: expire counter %q: list of sub-counters: %w", key, err)
+	}
+	names := make([]string, 0, 2*len(subs))
+	for _, sub := range subs {
+		names = append(names, sub, stashName(sub))
+	}
+	applied := make([]int64, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			a := slices.Clone(args)
+			a[1] = name
+			applied[i], errs[i] = rdb.Do(ctx, a...).Int64()
+		})
+	}
+	wg.Wait()
+	n := 0
+	for i, err := range errs {
+		if err != nil {
+			return n, fmt.Errorf("mitigate: expire counter %q: %s: %w", key, names[i], err)
+		}
+		n += int(applied[i])
+	}
+	return n, nil
 }
 
 // unlistSubCounter takes sub off key's list of sub-counters.
@@ -386,10 +524,11 @@ func foldSub(ctx context.Context, rdb Redis, key, sub string) (foldResult, error
 		if len(reply) == 0 {
 			return res, nil
 		}
-		if len(reply) != 2 {
-			return res, fmt.Errorf("fold %s: move to stash: got %d values; want 2", sub, len(reply))
+		if len(reply) != 3 {
+			return res, fmt.Errorf("fold %s: move to stash: got %d values; want 3", sub, len(reply))
 		}
 		gotID, value := str(reply[0]), str(reply[1])
+		at, _ := reply[2].(int64)
 		n, err := parseCount(value)
 		if err != nil {
 			return res, fmt.Errorf("fold %s: stash %s: %w", sub, stash, err)
@@ -400,7 +539,7 @@ func foldSub(ctx context.Context, rdb Redis, key, sub string) (foldResult, error
 			return res, fmt.Errorf("fold %s: move to stash: %w", sub, unsure)
 		}
 		// b. Add it to the key, once per fold id.
-		cmd, unsure = runReplicated(ctx, rdb, foldApply, []string{key, genName(key), doneName(key, gotID)}, value, memory, genStart(id))
+		cmd, unsure = runReplicated(ctx, rdb, foldApply, []string{key, genName(key), doneName(key, gotID)}, value, memory, genStart(id), at)
 		if err := cmd.Err(); err != nil {
 			return res, fmt.Errorf("fold %s into %s: %w", sub, key, err)
 		}
