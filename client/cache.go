@@ -18,6 +18,8 @@ import (
 // made with NewCache for app code. The zero value works: up to 100,000 entries and
 // 64 MiB, a 1s TTL for Get (the hook uses the plan's TTL), a hard TTL of twice the TTL,
 // ±10 % jitter, early refresh with β = 1, 2s load timeout, at most 64 concurrent loads.
+// Attach makes two caches with these options, the L1 and Get's, each bounded by
+// MaxEntries and MaxBytes on its own (see Options.Cache).
 type CacheOptions struct {
 	// MaxEntries bounds the number of cached values; default 100,000. Allowed: 0 (the
 	// default) or 16 to 16,777,216.
@@ -40,7 +42,14 @@ type CacheOptions struct {
 	// Beta is XFetch's β: larger refreshes earlier. Default 1; a negative value turns
 	// early refresh off. Allowed: up to 100.
 	Beta float64
-	// LoadTimeout bounds each load; default 2s. Allowed: 0 (the default) or 1ms to 1m.
+	// LoadTimeout bounds each load; default 2s. The load's context ends after it, and
+	// the callers waiting for the load stop waiting a tenth of it later (at least 10ms),
+	// even when the load ignores its context: they get an error that names LoadTimeout
+	// and wraps context.DeadlineExceeded, and so do the callers that miss the key while
+	// that load runs on. Such a load, which cannot be stopped, goes on in the background and its
+	// value is cached if it succeeds. The same holds for the L1's loads (reads of Redis,
+	// whose I/O go-redis bounds by the context only with ContextTimeoutEnabled).
+	// Allowed: 0 (the default) or 1ms to 1m.
 	LoadTimeout time.Duration
 	// MaxLoads caps the loads running at once in the process (a bulkhead): a cold start
 	// cannot send more than this many requests to the backend. Callers over the cap wait
@@ -166,7 +175,8 @@ type value struct {
 
 // flight is a load in progress that callers of the same key wait for.
 type flight struct {
-	done    chan struct{} // closed when val and err are set
+	done    chan struct{}   // closed when val and err are set
+	giveUp  <-chan struct{} // closed when the waiters stop waiting (waitTimeout); nil for ended
 	val     *value
 	err     error
 	dropped atomic.Bool // set (under the shard's fmu) by an invalidation of the key: do not cache
@@ -272,10 +282,15 @@ func cmp0[T comparable](v, def T) T {
 // cached, the next Get retries). A value past its soft TTL is returned while one
 // background refresh runs; one past its hard TTL never is. load runs with a context that
 // carries ctx's values but not its cancellation, bounded by LoadTimeout, so that one
-// caller giving up does not fail the others; Get itself returns when ctx ends. A load
-// that returns redis.Nil is cached as an absent value and Get returns redis.Nil. The
-// returned slice is the caller's own copy.
+// caller giving up does not fail the others; Get itself returns when ctx ends, or at
+// LoadTimeout with an error when the load has not returned by then (see
+// CacheOptions.LoadTimeout). A load that returns redis.Nil is cached as an absent value
+// and Get returns redis.Nil. The returned slice is the caller's own copy. load must not
+// be nil.
 func (c *Cache) Get(ctx context.Context, key string, load func(context.Context) ([]byte, error)) ([]byte, error) {
+	if load == nil {
+		return nil, fmt.Errorf("client: Get %q: load is nil; pass the function that reads the value from the backend", key)
+	}
 	v, err := c.get(ctx, key, c.ttl, func(ctx context.Context) (string, bool, error) {
 		b, err := load(ctx)
 		if errors.Is(err, redis.Nil) {
@@ -423,7 +438,23 @@ func (c *Cache) resolve(ctx context.Context, s *shard, e *entry, v *value, state
 		return f.val, f.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-f.giveUp:
+		select {
+		case <-f.done: // the load has returned: giveUp ends right after
+			return f.val, f.err
+		default:
+		}
+		// The load ignores its context. It goes on in its goroutine, which nothing can
+		// stop, and its value is cached if it succeeds.
+		return nil, fmt.Errorf("client: loading %q: the load has not returned within LoadTimeout (%v); "+
+			"it goes on in the background and its value is cached if it succeeds: %w", key, c.loadTimeout, context.DeadlineExceeded)
 	}
+}
+
+// waitTimeout is how long the callers of a load wait for it: LoadTimeout, and a tenth
+// more (at least 10ms) for a load that honours its context to return its own error.
+func (c *Cache) waitTimeout() time.Duration {
+	return c.loadTimeout + max(c.loadTimeout/10, 10*time.Millisecond)
 }
 
 // refresh starts one background load of e's key to replace seen, unless one is running
@@ -473,7 +504,8 @@ func (c *Cache) joinSeen(ctx context.Context, s *shard, key string, seen *value,
 		s.fmu.Unlock()
 		return nil, false
 	}
-	f = &flight{done: make(chan struct{})}
+	wctx, endWait := context.WithTimeout(context.Background(), c.waitTimeout())
+	f = &flight{done: make(chan struct{}), giveUp: wctx.Done()}
 	s.flights[key] = f
 	gen := s.gen.Load() // a retain after this point keeps the result out; an invalidation sets f.dropped
 	s.fmu.Unlock()
@@ -491,6 +523,7 @@ func (c *Cache) joinSeen(ctx context.Context, s *shard, key string, seen *value,
 	}
 	c.cmu.RUnlock()
 	go func() {
+		defer endWait() // after close(f.done): waiters that see both take the result
 		if tracked {
 			defer c.wg.Done()
 		}

@@ -43,14 +43,26 @@ type Options struct {
 	// PlanWait is how long each long-poll asks the agent to wait for a new plan; default
 	// 30s. The HTTP timeout is PlanWait + 10s. Allowed: 0 (the default) or 1s to 60s.
 	PlanWait time.Duration
-	// Cache configures the L1 of the plan's keys and the cache of Get; both share its
-	// MaxLoads bulkhead. Defaults: see CacheOptions.
+	// Cache configures the L1 of the plan's keys and the cache of Get. They are two
+	// caches, each with its own MaxEntries and MaxBytes, so together they hold up to
+	// twice those (with the defaults 2 × 100,000 entries and 2 × 64 MiB); they share
+	// one MaxLoads bulkhead. Defaults: see CacheOptions.
 	Cache CacheOptions
 	// Registry, when not nil, gets the client's metrics (hotkeyd_client_*); Close
 	// unregisters them. Default: none.
 	Registry *prometheus.Registry
-	// Logger gets a line when fetching the plan fails and when writing copies fails;
-	// default: none.
+	// Logger gets what the client has to say; default slog.Default() (as it is when
+	// Attach is called). Nothing is logged per command in normal operation. It logs:
+	//   - at Warn, each failed fetch of the plan (one per retry: 1s doubling to 30s);
+	//   - at Warn, once, when the held plan's leases have run out (commands then go to
+	//     Redis unmitigated), and at Info, once, when a plan is taken again after that
+	//     or after failed fetches;
+	//   - at Warn, the first write of a split key (per plan) whose copying to the copies
+	//     failed (the client then reads that key from the original until the next plan);
+	//   - at Warn, each failed flush of a batched counter's sum (per key, per flush);
+	//     at Error, each sum given up after failed flushes (see Counter);
+	//   - at Debug, each failed listing of a sub-counter.
+	// To silence it, pass slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 	// Now is the clock for leases and caches; default time.Now.
 	Now func() time.Time
@@ -123,17 +135,35 @@ type Client struct {
 }
 
 // Attach makes rdb follow hotkeyd's plan and report its traffic: it adds the reporting
-// hook and the plan hook to rdb (a *redis.Client or *redis.ClusterClient) and starts
-// following the agent's plan in the background. It fails only on invalid options; an
-// agent that is away is not an error (rdb behaves as plain Redis until a plan comes).
+// hook and the plan hook to rdb and starts following the agent's plan in the
+// background. rdb must be a non-nil *redis.Client or *redis.ClusterClient (a client of
+// redis.NewUniversalClient or redis.NewFailoverClient is one of these); Attach refuses a
+// *redis.Ring and any other type. It fails on invalid options and on an rdb that already
+// has a Client attached (Close that one first): a second would report every command
+// twice, keep a second L1 and mirror writes twice. An agent that is away is not an error
+// (rdb behaves as plain Redis until a plan comes).
 // With a *redis.ClusterClient it also hooks every node client, for the transactions of
 // ClusterClient.Watch (see the package documentation).
 //
 // go-redis cannot remove hooks: after Close they stay installed and pass every command
 // through unchanged; a ClusterClient's node clients made after Close get none.
 func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("client: Attach: rdb is nil; pass a *redis.Client or *redis.ClusterClient")
+	switch r := rdb.(type) {
+	case nil:
+		return nil, errors.New("client: Attach: rdb is nil; pass a *redis.Client or *redis.ClusterClient")
+	case *redis.Client:
+		if r == nil {
+			return nil, errors.New("client: Attach: rdb is a nil *redis.Client; pass one made by redis.NewClient")
+		}
+	case *redis.ClusterClient:
+		if r == nil {
+			return nil, errors.New("client: Attach: rdb is a nil *redis.ClusterClient; pass one made by redis.NewClusterClient")
+		}
+	default:
+		// A *redis.Ring runs Watch's transactions on its shards' clients, past the hooks
+		// Attach adds, and the agent plans copies and sub-counters for Redis Cluster
+		// slots, not for a Ring's shards.
+		return nil, fmt.Errorf("client: Attach: rdb is a %T; only a *redis.Client or *redis.ClusterClient is supported", rdb)
 	}
 	agent := opts.Agent
 	if agent == "" {
@@ -165,7 +195,7 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	aside, _ := newCache(opts.Cache, l1.sem) // same options, already checked
 	log := opts.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	c := &Client{
 		rdb: rdb, l1: l1, aside: aside, now: opts.Now, rand: opts.Rand, log: log,
@@ -176,11 +206,18 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		c.stripes[i].token = make(chan struct{}, 1)
 	}
 	c.counter = newCounter(c)
+	// Before anything starts: a second Client would report every command twice, keep a
+	// second L1 and mirror each write of a split key twice.
+	if _, dup := attached.LoadOrStore(rdb, c); dup {
+		return nil, fmt.Errorf("client: Attach: rdb (%T %p) already has a hotkeyd Client attached; "+
+			"use that one, or Close it before attaching again", rdb, rdb)
+	}
 	if !opts.NoReports {
 		c.reporter, err = NewReporter(ReporterOptions{Agent: u.Host,
 			Source: opts.Source, SampleEvery: opts.SampleEvery, Token: opts.Token,
 			Rand: opts.Rand, FollowsPlan: true})
 		if err != nil {
+			attached.CompareAndDelete(rdb, c)
 			l1.Close()
 			aside.Close()
 			return nil, err
@@ -198,6 +235,7 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		c.metrics = newCollector(c)
 		if err := c.reg.Register(c.metrics); err != nil {
 			c.reporterClose()
+			attached.CompareAndDelete(rdb, c)
 			l1.Close()
 			aside.Close()
 			return nil, fmt.Errorf("client: Registry: %w", err)
@@ -231,6 +269,12 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	}()
 	return c, nil
 }
+
+// attached maps each rdb that Attach has hooked (its *redis.Client or
+// *redis.ClusterClient) to its live Client; Close removes it. It is package state, against
+// the rule of the house, because go-redis offers no way to list or remove a client's
+// hooks: only the package can know that an rdb is followed already.
+var attached sync.Map
 
 // nodeHooks tracks the node clients of a ClusterClient that have c's nodeHook.
 type nodeHooks struct {
@@ -348,9 +392,10 @@ func (c *Client) Plan() (mitigate.Plan, bool) {
 // Get is the cache-aside helper for app code: it returns key's value from the client's
 // cache, or calls load to get it, with the stampede protection of Cache.Get (one load
 // per key at a time, early refresh, stale-while-revalidate and stale-if-error within the
-// hard TTL, the MaxLoads bulkhead) and CacheOptions.TTL. Its keys are the app's own
-// names, separate from the L1 of the plan's Redis keys: writes through rdb do not
-// invalidate them; call Invalidate.
+// hard TTL, the MaxLoads bulkhead), CacheOptions.TTL and CacheOptions.LoadTimeout, which
+// bounds how long Get waits for a load even when the load ignores its context. Its keys
+// are the app's own names, separate from the L1 of the plan's Redis keys: writes through
+// rdb do not invalidate them; call Invalidate. load must not be nil.
 func (c *Client) Get(ctx context.Context, key string, load func(context.Context) ([]byte, error)) ([]byte, error) {
 	return c.aside.Get(ctx, key, load)
 }
@@ -373,8 +418,13 @@ func (c *Client) Stats() ClientStats {
 
 // Close flushes the Counter's pending sums, stops following the plan, ends loads in
 // progress, sends the pending samples and unregisters the metrics. The hooks stay
-// installed and pass commands straight through. Close returns nil when called again.
+// installed and pass commands straight through. Once Close has returned, rdb can be
+// attached again. Close returns nil when called again, and on a nil Client or one not
+// made by Attach.
 func (c *Client) Close() error {
+	if c == nil || c.cancel == nil {
+		return nil
+	}
 	c.closeOnce.Do(func() {
 		cerr := c.counter.close()
 		c.closed.Store(true)
@@ -390,6 +440,7 @@ func (c *Client) Close() error {
 		if c.reg != nil {
 			c.reg.Unregister(c.metrics)
 		}
+		attached.CompareAndDelete(c.rdb, c)
 	})
 	return c.closeErr
 }

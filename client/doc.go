@@ -1,7 +1,7 @@
 // Package client is the Go SDK that applications embed to work with hotkeyd: it reports
 // the app's Redis traffic to the agent and follows the agent's plan (docs/plan.md) for
 // the hot keys it names. Three lines add both to a go-redis v9 client (*redis.Client or
-// *redis.ClusterClient):
+// *redis.ClusterClient; one Client per go-redis client, and no *redis.Ring):
 //
 //	c, err := client.Attach(rdb, client.Options{Agent: "http://127.0.0.1:9736", Source: "checkout"})
 //	if err != nil { … }
@@ -31,8 +31,11 @@
 // from when the plan arrived on the client's clock). Fail
 // open: when the agent is unreachable, slow or answers garbage, the client keeps its plan
 // until the leases run out (30–60s with the agent's defaults), then behaves as plain
-// Redis; it retries with a backoff of 1s doubling to 30s. No command ever waits for the
-// agent.
+// Redis; it retries with a backoff of 1s doubling to 30s, but tries again a second before
+// the held plan's leases run out, so that an agent back by then renews them in time. No
+// command ever waits for the agent. Each failed fetch is logged at Warn, the leases
+// running out once at Warn, and taking a plan again after either once at Info
+// (Options.Logger, slog.Default() unless set).
 //
 // L1 (entries of kind l1): a GET of the key is answered from an in-process cache, for
 // the entry's TTL, without calling Redis. A miss loads the key once per process however
@@ -123,7 +126,10 @@
 // Client.Get, and a Cache made with NewCache, give app code the same protection for any
 // key: single-flight, XFetch, stale-while-revalidate and stale-if-error, jittered TTLs,
 // and a bulkhead (MaxLoads) that caps the loads running at once in the process, so a cold
-// start cannot stampede the database.
+// start cannot stampede the database. LoadTimeout bounds how long a caller waits for a
+// load, even one that ignores its context. Get's cache and the L1 are two caches, each
+// bounded by CacheOptions.MaxEntries and MaxBytes: a Client holds up to twice those
+// (2 × 64 MiB with the defaults).
 //
 // A Client, a Cache, a Reporter and their hooks are safe for concurrent use. Close stops
 // every goroutine they started.

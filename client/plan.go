@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,7 +30,8 @@ type PlanStats struct {
 	Errors uint64
 }
 
-// Backoff between failed fetches: 1s doubling to 30s (docs/plan.md).
+// Backoff between failed fetches: 1s doubling to 30s (docs/plan.md), but never past a
+// second before the held plan's leases run out (see run).
 const (
 	backoffMin = time.Second
 	backoffMax = 30 * time.Second
@@ -44,8 +46,9 @@ const maxPlanBytes = mitigate.MaxPlanBytes
 type planIndex struct {
 	plan  mitigate.Plan
 	keys  map[string]*keyPlan
-	l1    bool // some key has an L1 entry
-	split bool // some key has copies
+	l1    bool      // some key has an L1 entry
+	split bool      // some key has copies
+	until time.Time // when the last lease runs out; zero when nothing is enforced
 }
 
 // keyPlan is what the plan asks of one key.
@@ -118,6 +121,9 @@ func newPlanIndex(p mitigate.Plan, received time.Time) *planIndex {
 			continue
 		}
 		until := received.Add(min(e.Expires.Sub(p.Generated), mitigate.MaxLease))
+		if until.After(ix.until) {
+			ix.until = until
+		}
 		k := ix.keys[e.Key]
 		if k == nil {
 			k = &keyPlan{}
@@ -172,10 +178,16 @@ type follower struct {
 	cur                      atomic.Pointer[planIndex]
 	fetches, updates, errors atomic.Uint64
 	lastErr                  atomic.Pointer[error] // the last failed fetch's error; nil after a success
+
+	lmu     sync.Mutex  // guards lapse, down and stopped
+	lapse   *time.Timer // fires when the held plan's leases run out
+	down    bool        // a fetch failed or the leases ran out, and no plan was taken since
+	stopped bool        // run has returned: arm no timer
 }
 
 // run follows the plan until ctx ends.
 func (f *follower) run(ctx context.Context) {
+	defer f.stop()
 	backoff := f.min
 	for ctx.Err() == nil {
 		start := time.Now()
@@ -197,15 +209,81 @@ func (f *follower) run(ctx context.Context) {
 		}
 		f.errors.Add(1)
 		f.lastErr.Store(&err)
-		if f.cur.Load() == nil {
-			f.log.Warn("hotkeyd: fetching the plan failed; commands go to Redis unmitigated until one comes", "agent", f.url, "err", err, "retry_in", backoff)
-		} else {
-			f.log.Warn("hotkeyd: fetching the plan failed; keeping the current one until its leases run out", "agent", f.url, "err", err, "retry_in", backoff)
+		f.lmu.Lock()
+		f.down = true
+		f.lmu.Unlock()
+		// The next try comes before the held plan's leases run out, so that an agent back
+		// by then renews them before the app is unmitigated.
+		d := backoff
+		ix := f.cur.Load()
+		var left time.Duration
+		if ix != nil && !ix.until.IsZero() {
+			left = ix.until.Sub(f.now())
+			if left-f.min > 0 && left-f.min < d {
+				d = left - f.min
+			}
 		}
-		if !sleep(ctx, backoff) {
+		switch {
+		case ix == nil:
+			f.log.Warn("hotkeyd: fetching the plan failed; commands go to Redis unmitigated until one comes", "agent", f.url, "err", err, "retry_in", d)
+		case left > 0:
+			f.log.Warn("hotkeyd: fetching the plan failed; keeping the current one until its leases run out", "agent", f.url, "err", err, "retry_in", d, "leases_left", left.Round(time.Millisecond))
+		default:
+			f.log.Warn("hotkeyd: fetching the plan failed; the plan held has no lease left, so commands go to Redis unmitigated until a new one comes", "agent", f.url, "err", err, "retry_in", d)
+		}
+		if !sleep(ctx, d) {
 			return
 		}
 		backoff = min(2*backoff, f.max)
+	}
+}
+
+// took runs after ix was published: it logs a plan taken after failed fetches or run-out
+// leases, and arms the timer that logs when ix's leases run out.
+func (f *follower) took(ix *planIndex) {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
+	if f.lapse != nil {
+		f.lapse.Stop()
+		f.lapse = nil
+	}
+	if f.down {
+		f.down = false
+		f.log.Info("hotkeyd: took a plan from the agent again; following it", "agent", f.url,
+			"version", ix.plan.Version, "entries", ix.live(f.now()))
+	}
+	if !ix.until.IsZero() && !f.stopped {
+		f.armLocked(ix)
+	}
+}
+
+// armLocked sets the timer for the end of ix's leases; f.lmu must be held.
+func (f *follower) armLocked(ix *planIndex) {
+	f.lapse = time.AfterFunc(ix.until.Sub(f.now()), func() {
+		f.lmu.Lock()
+		defer f.lmu.Unlock()
+		if f.stopped || f.cur.Load() != ix {
+			return // run has returned, or another plan came
+		}
+		if now := f.now(); now.Before(ix.until) {
+			f.armLocked(ix) // an injected clock that has not got there yet
+			return
+		}
+		f.lapse = nil
+		f.down = true
+		f.log.Warn("hotkeyd: the plan's leases have run out without a new plan from the agent; commands go to Redis unmitigated until one comes",
+			"agent", f.url, "version", ix.plan.Version, "last_err", f.failure())
+	})
+}
+
+// stop ends the lease timer when run returns.
+func (f *follower) stop() {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
+	f.stopped = true
+	if f.lapse != nil {
+		f.lapse.Stop()
+		f.lapse = nil
 	}
 }
 
@@ -266,6 +344,7 @@ func (f *follower) poll(ctx context.Context) (changed bool, err error) {
 	ix := newPlanIndex(p, f.now())
 	f.cur.Store(ix)
 	f.updates.Add(1)
+	f.took(ix)
 	if f.onPlan != nil {
 		f.onPlan(ix)
 	}

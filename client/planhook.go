@@ -30,8 +30,9 @@ func internal(ctx context.Context) context.Context {
 
 // appliedKey marks the contexts of the commands the plan hook of c, attached to a
 // ClusterClient, has applied the plan to: c's node hooks pass them through, so that no
-// command is processed twice. Each Client has its own key, so that two Clients attached
-// to one ClusterClient each apply the plan once.
+// command is processed twice. Each Client has its own key: the hooks of a Client closed
+// earlier stay installed (go-redis cannot remove them) beside those of the Client
+// attached after it.
 type appliedKey struct{ c *Client }
 
 // applied returns ctx marked as seen by c's plan hook when c follows a ClusterClient,
@@ -738,10 +739,12 @@ func (c *Client) afterWrite(ctx context.Context, key string, kp *keyPlan, err er
 	ictx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(ctx), internalKey{}, true), c.timeout)
 	defer cancel()
 	if err := c.copyOriginal(ictx, key, kp.copies); err != nil {
-		kp.noCopies.Store(true)
 		c.mirrorErrors.Add(1)
-		c.log.Warn("hotkeyd: writing a key's copies failed; this client reads the key from the original until the next plan",
-			"key", key, "err", err)
+		// Logged once per key and plan: during an outage every write of the key fails so.
+		if !kp.noCopies.Swap(true) {
+			c.log.Warn("hotkeyd: writing a key's copies failed; this client reads the key from the original until the next plan",
+				"key", key, "err", err)
+		}
 		return
 	}
 	c.mirrors.Add(1)
