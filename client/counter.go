@@ -215,7 +215,10 @@ func (k *Counter) stripe(key string) *counterStripe {
 	return &k.stripes[xxhash.Sum64String(key)&uint64(len(k.stripes)-1)]
 }
 
-// Add adds n to the counter key, following the plan (see Counter).
+// Add adds n to the counter key, following the plan (see Counter). Each Add is sampled
+// (1 in SampleEvery) as a write of key, whatever path it takes: a batched Add sends
+// nothing to Redis, and a sharded one increments a sub-counter, which the agent must
+// count as key, so that the key does not look cold while the app adds as before.
 func (k *Counter) Add(ctx context.Context, key string, n int64) error {
 	c := k.c
 	now := c.now()
@@ -223,17 +226,19 @@ func (k *Counter) Add(ctx context.Context, key string, n int64) error {
 	if b, ok := ix.leased(key, mitigate.BatchedCounter, now); ok && !k.closed.Load() {
 		if k.addPending(key, n, time.Duration(b.FlushInterval)) {
 			k.batched.Add(1)
+			c.reporter.sampleAdd(key)
 			return nil
 		}
 	}
 	if s, ok := ix.leased(key, mitigate.ShardedCounter, now); ok {
 		if sub := k.target(ctx, key, s, now); sub != key {
 			k.sharded.Add(1)
-			return c.rdb.IncrBy(ctx, sub, n).Err()
+			c.reporter.sampleAdd(key)
+			return c.rdb.IncrBy(counterWrite(ctx), sub, n).Err()
 		}
 	}
 	k.plain.Add(1)
-	return c.rdb.IncrBy(ctx, key, n).Err()
+	return c.rdb.IncrBy(ctx, key, n).Err() // the hook samples it
 }
 
 // addPending adds n to key's pending sum; false when the Counter is closed.
@@ -500,11 +505,18 @@ const (
 	flushWrite
 )
 
-// flushingKey marks the contexts of the Counter's own flushes, which the plan hook must
-// not hold back for the pending sums of their keys (the flush is what it would wait for).
-type flushingKey struct{}
+// counterWriteKey marks the contexts of the Counter's own writes: flushes, which the plan
+// hook must not hold back for the pending sums of their keys (the flush is what it would
+// wait for), and increments of sub-counters. The reporter's hook does not sample them:
+// Add samples each increment as a write of its key, whatever path it takes.
+type counterWriteKey struct{}
 
-func isFlushing(ctx context.Context) bool { return ctx.Value(flushingKey{}) != nil }
+func isCounterWrite(ctx context.Context) bool { return ctx.Value(counterWriteKey{}) != nil }
+
+// counterWrite marks ctx as a context of the Counter's own writes.
+func counterWrite(ctx context.Context) context.Context {
+	return context.WithValue(ctx, counterWriteKey{}, true)
+}
 
 // flush sends the sums that are due (all of them when all is set) in one pipeline, puts
 // back those that failed, and returns the earliest due time of the sums left (zero when
@@ -535,7 +547,7 @@ func (k *Counter) flush(all bool) (next time.Time) {
 	if all {
 		mode = flushAll
 	}
-	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), flushingKey{}, true), k.c.timeout)
+	ctx, cancel := context.WithTimeout(counterWrite(context.Background()), k.c.timeout)
 	defer cancel()
 	if due, _ := k.send(ctx, items, mode, now); !due.IsZero() && (next.IsZero() || due.Before(next)) {
 		next = due
@@ -594,7 +606,7 @@ func (k *Counter) beforeWrite(ctx context.Context, cmds ...redis.Cmder) error {
 		return nil // the flush we waited for took them
 	}
 	k.writeFlushes.Add(1)
-	_, err := k.send(context.WithValue(ctx, flushingKey{}, true), items, flushWrite, now)
+	_, err := k.send(counterWrite(ctx), items, flushWrite, now)
 	if err != nil {
 		select { // the flusher's timer may be set for later than the sum kept
 		case k.kick <- struct{}{}:

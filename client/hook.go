@@ -28,12 +28,16 @@ type hook struct{ r *Reporter }
 // DialHook returns next: dialling is not sampled.
 func (hook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// unsampled reports the contexts of commands the client sends itself (copies, counter
+// flushes, sub-counter increments): they are not the app's, or Counter.Add sampled them.
+func unsampled(ctx context.Context) bool { return isInternal(ctx) || isCounterWrite(ctx) }
+
 // ProcessHook samples single commands.
 func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	r := h.r
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if r.pick() && !isInternal(ctx) {
+		if r.pick() && !unsampled(ctx) {
 			r.record(cmd)
 		}
 		return err
@@ -45,7 +49,7 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 	r := h.r
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		if isInternal(ctx) {
+		if unsampled(ctx) {
 			return err
 		}
 		for _, cmd := range cmds {
@@ -63,6 +67,14 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 func (r *Reporter) sample(key string, op sampler.Op) {
 	if r != nil && r.pick() && !r.closed.Load() {
 		r.enqueue(pending{key: key, op: op})
+	}
+}
+
+// sampleAdd samples one Counter.Add of key that sent no INCRBY of key itself (batched,
+// or sharded to a sub-counter): a counter write, as the hook samples an INCRBY.
+func (r *Reporter) sampleAdd(key string) {
+	if r != nil && r.pick() && !r.closed.Load() {
+		r.enqueue(pending{key: key, op: sampler.OpWrite, counter: true})
 	}
 }
 

@@ -64,14 +64,14 @@ func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c := h.c
 	var sess session
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if c.counter.owed.Load() > 0 && !isInternal(ctx) && !isFlushing(ctx) {
+		if c.counter.owed.Load() > 0 && !isInternal(ctx) && !isCounterWrite(ctx) {
 			if err := c.counter.beforeWrite(ctx, cmd); err != nil {
 				cmd.SetErr(err)
 				return err
 			}
 		}
 		// Not inside MULTI: the command runs at EXEC, if at all.
-		if c.counter.nsharded.Load() > 0 && !isInternal(ctx) && !isFlushing(ctx) && !sess.multi.Load() {
+		if c.counter.nsharded.Load() > 0 && !isInternal(ctx) && !isCounterWrite(ctx) && !sess.multi.Load() {
 			if err := c.counter.beforeKeyOp(ctx, cmd); err != nil {
 				cmd.SetErr(err)
 				return err
@@ -114,7 +114,7 @@ func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c := h.c
 	var sess session
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if c.counter.owed.Load() > 0 && !c.isApplied(ctx) && !isInternal(ctx) && !isFlushing(ctx) {
+		if c.counter.owed.Load() > 0 && !c.isApplied(ctx) && !isInternal(ctx) && !isCounterWrite(ctx) {
 			if err := c.counter.beforeWrite(ctx, cmd); err != nil {
 				cmd.SetErr(err)
 				return err
@@ -278,7 +278,7 @@ func (h planHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // pipeline or transaction write (Counter.beforeWrite), before any of them is sent. When
 // that fails, none is sent: each gets the error.
 func (c *Client) flushBeforePipeline(ctx context.Context, cmds []redis.Cmder) error {
-	if c.counter.owed.Load() == 0 || isInternal(ctx) || isFlushing(ctx) {
+	if c.counter.owed.Load() == 0 || isInternal(ctx) || isCounterWrite(ctx) {
 		return nil
 	}
 	err := c.counter.beforeWrite(ctx, cmds...)
