@@ -208,20 +208,7 @@ func TestPlanLeasesRunOutLoggedReview(t *testing.T) {
 	f := &follower{url: ps.URL() + "/v1/plan", wait: time.Second, http: &http.Client{Timeout: 5 * time.Second},
 		now: time.Now, log: slog.New(slog.NewTextHandler(&buf, nil)), min: 100 * time.Millisecond, max: 200 * time.Millisecond}
 	ps.publish(l1Entry("k", time.Second, 500*time.Millisecond))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f.run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for f.updates.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	runFollower(t, f)
 	ps.fail(http.StatusServiceUnavailable, nil)
 	if !waitLog(&buf, "leases have run out", 3*time.Second) {
 		t.Fatalf("log after the leases ran out: %q; want a line saying the leases have run out", buf.String())
@@ -250,20 +237,7 @@ func TestPlanRetryBeforeLeasesEndReview(t *testing.T) {
 	f := &follower{url: ps.URL() + "/v1/plan", wait: time.Second, http: &http.Client{Timeout: 5 * time.Second},
 		now: time.Now, log: slog.New(slog.NewTextHandler(&buf, nil)), min: 500 * time.Millisecond, max: 30 * time.Second}
 	ps.publish(l1Entry("k", time.Second, 5*time.Second))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f.run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for f.updates.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	runFollower(t, f)
 	taken := time.Now()
 	ps.fail(http.StatusServiceUnavailable, nil)
 	time.Sleep(4 * time.Second)
@@ -278,5 +252,25 @@ func TestPlanRetryBeforeLeasesEndReview(t *testing.T) {
 	}
 	if d := time.Since(taken); f.updates.Load() < 2 || d > 5*time.Second {
 		t.Errorf("the renewed plan came %v after the last; want before its leases ended (5s)\n%s", d.Round(time.Millisecond), buf.String())
+	}
+}
+
+// runFollower runs f until the test ends, and returns once it has taken a plan (or 5 s
+// have passed).
+func runFollower(t *testing.T, f *follower) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for f.updates.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
 }

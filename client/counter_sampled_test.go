@@ -2,12 +2,9 @@ package client
 
 import (
 	"context"
-	"net/url"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/mitigate"
@@ -25,18 +22,7 @@ func TestCounterAddSampledAsWrite(t *testing.T) {
 	const batched, sharded = "sampled:batched", "sampled:sharded"
 	subs := []mitigate.Node{{Name: "{hk:sub1:1}" + sharded}, {Name: "{hk:sub2:1}" + sharded}}
 	ps.publish(batchedEntry(batched, 5*time.Second, time.Minute), shardedEntry(sharded, subs, time.Minute))
-	u, err := url.Parse(ps.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rec := startAgentAt(t, u.Host, "") // the agent's UDP port is its HTTP port
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	c, err := Attach(rdb, Options{Agent: ps.URL(), Source: "app", SampleEvery: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c, rec := attachSampled(t, srv.Addr(), ps)
 	waitVersion(t, c, 2)
 	ctx := context.Background()
 	for _, k := range []string{batched, batched, sharded, sharded, "sampled:plain"} {

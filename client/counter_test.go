@@ -539,19 +539,7 @@ func TestCounterGetSampledAsRead(t *testing.T) {
 	const key = "sampled:likes"
 	subs := []mitigate.Node{{Name: "{hk:sub1:1}" + key}, {Name: "{hk:sub2:1}" + key}}
 	ps.publish(shardedEntry(key, subs, time.Minute))
-	// The agent's UDP port is its HTTP port.
-	u, err := url.Parse(ps.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rec := startAgentAt(t, u.Host, "")
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	c, err := Attach(rdb, Options{Agent: ps.URL(), Source: "app", SampleEvery: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c, rec := attachSampled(t, srv.Addr(), ps)
 	waitVersion(t, c, 2)
 	ctx := context.Background()
 	for _, k := range []string{key, "plain:likes"} {
@@ -635,4 +623,24 @@ func TestCounterGetFromL1(t *testing.T) {
 	if v, err := c.Counter().Get(ctx, key); err != nil || v != 7 {
 		t.Errorf("second Get: %d, %v; want 7, the value the L1 holds", v, err)
 	}
+}
+
+// attachSampled attaches a client of the Redis at addr that follows ps's plan and samples
+// every command (source "app"), and starts an agent's UDP port on ps's HTTP port, where
+// the client sends its samples; it returns the client and what the agent receives.
+func attachSampled(t *testing.T, addr string, ps *planServer) (*Client, *agentSamples) {
+	t.Helper()
+	u, err := url.Parse(ps.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rec := startAgentAt(t, u.Host, "")
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	c, err := Attach(rdb, Options{Agent: ps.URL(), Source: "app", SampleEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, rec
 }
