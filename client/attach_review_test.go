@@ -66,6 +66,8 @@ func TestAttachTwiceReview(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// c1's goroutines (its long-poll's connection among them) are up before the count.
+	waitFor(t, func() bool { return ps.waitingPolls() > 0 })
 	base := runtime.NumGoroutine()
 	c2, err := Attach(rdb, Options{Agent: ps.URL()})
 	if err == nil {
