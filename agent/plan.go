@@ -59,8 +59,15 @@ func (a *Agent) connectRedis(ctx context.Context) {
 				// slot table (every 60 s by default): until then, every copy refresh and
 				// fold on the failed primary's shard fails. One CLUSTER SLOTS every few
 				// seconds is cheap.
-				st.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.opts.RedisAddrs,
+				cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.opts.RedisAddrs,
 					ClusterStateReloadInterval: clusterReload})
+				// The topology learns a slot move or a failover from what the executor's
+				// client meets at its next copy refresh or fold (MOVED, or a command
+				// served by another primary), within a second or so, not at its own
+				// periodic refresh: until then the plan's copies may sit two on one
+				// primary, or name a dead one.
+				topo.Watch(cc)
+				st.rdb = cc
 			} else {
 				st.rdb = redis.NewClient(&redis.Options{Addr: a.opts.RedisAddrs[0]})
 			}

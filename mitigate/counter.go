@@ -191,6 +191,17 @@ redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1`)
 
+	// listSub (ListSubCounter, on the key's node). KEYS: the list; ARGV: the
+	// sub-counter. Adds it, and writes even when it was listed already (removed and
+	// added again, one step for replicas too), so that a WAIT after it covers the listing
+	// also when another writer's SADD of it is not replicated yet.
+	listSub = newScript(`
+if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then
+  redis.call('SREM', KEYS[1], ARGV[1])
+  redis.call('SADD', KEYS[1], ARGV[1])
+end
+return 1`)
+
 	// readListed (reader, on the key's node). KEYS: key, its list of sub-counters. Reply:
 	// {value or "", the sub-counters listed}.
 	readListed = newScript(`
@@ -236,12 +247,34 @@ func IncrCounterRand(ctx context.Context, rdb Redis, r *mrand.Rand, key string, 
 // again at least every ListRenewal while it goes on incrementing it; the executor takes
 // it off the list once it has folded it and no writer has written it for its grace
 // period (docs/plan.md, "What readers and writers must do").
+//
+// A listing is made as durable as a fold's steps: ListSubCounter waits (WAIT, up to
+// ReplicaWait) until every replica of the key's primary has it, so that a failover right
+// after it does not lose the listing while the sub-counter, on another primary, keeps
+// the increments made under it, which readers would then not see. When a replica does
+// not acknowledge in time (or the replicas cannot be checked: the slot just moved) it
+// returns an error wrapping ErrNotReplicated: the listing is in place on the primary, but
+// the caller must not rely on it yet — increment the key itself, as for any failed
+// listing, and list again at the next increment. A Redis user without ROLE or CLUSTER
+// REPLICAS (@admin) lists without waiting, as a fold's steps do.
+//
+// Cost: two more round trips to the key's primary (CLUSTER MYID, CLUSTER REPLICAS) and
+// the WAIT, about a replication round trip; a writer lists each sub-counter once per
+// ListRenewal.
 func ListSubCounter(ctx context.Context, rdb Redis, key, sub string) error {
-	if err := rdb.Do(ctx, "SADD", listName(key), sub).Err(); err != nil {
+	cmd, unsure := runReplicated(ctx, rdb, listSub, []string{listName(key)}, sub)
+	if err := cmd.Err(); err != nil {
 		return fmt.Errorf("mitigate: counter %q: list sub-counter %s: %w", key, sub, err)
+	}
+	if unsure != nil {
+		return fmt.Errorf("mitigate: counter %q: list sub-counter %s: %w: %w", key, sub, ErrNotReplicated, unsure)
 	}
 	return nil
 }
+
+// ErrNotReplicated is wrapped by the error of a listing that the key's primary made but
+// its replicas did not acknowledge in time (ListSubCounter).
+var ErrNotReplicated = errors.New("not known to be on every replica")
 
 // ListRenewal is how long a writer may go on incrementing a sub-counter after it listed
 // it (ListSubCounter) before it lists it again: half the executor's default grace period,

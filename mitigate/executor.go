@@ -43,15 +43,67 @@ func newScript(src string) script {
 	return script{src: src, sha: hex.EncodeToString(h[:])}
 }
 
+// run runs s on keys with args. Through a client that follows redirects (not a
+// *redis.Client or *redis.Conn, which talk to one node), a script that meets its slot
+// being migrated is tried again until it runs, backing off from 5ms to 200ms, for as long
+// as ctx allows and at most MigrationWait: TRYAGAIN (its keys are split between the
+// two nodes, which a migration moving them one by one does) and an ASK that the
+// client gave up following after its redirects (MaxRedirects) are no answer to give the
+// caller, and the script did not run. A slot left migrating for longer (a resharding
+// that stopped half-way) fails the call with the last of them.
 func (s script) run(ctx context.Context, rdb Redis, keys []string, args ...any) *redis.Cmd {
 	a := s.args(keys, args...)
-	cmd := rdb.Do(ctx, a...)
-	if err := cmd.Err(); err != nil && isNoScript(err) {
-		b := slices.Clone(a)
-		b[0], b[1] = "EVAL", s.src
-		cmd = rdb.Do(ctx, b...)
+	var deadline time.Time
+	wait := 5 * time.Millisecond
+	for {
+		cmd := rdb.Do(ctx, a...)
+		if err := cmd.Err(); err != nil && isNoScript(err) {
+			b := slices.Clone(a)
+			b[0], b[1] = "EVAL", s.src
+			cmd = rdb.Do(ctx, b...)
+		}
+		if !isMigrating(cmd.Err()) || !followsRedirects(rdb) {
+			return cmd
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(MigrationWait)
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return cmd
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return cmd
+		case <-t.C:
+		}
+		wait = min(2*wait, 200*time.Millisecond)
 	}
-	return cmd
+}
+
+// MigrationWait bounds how long a script of this package (a counter's read, a fold's
+// step) waits for a slot migration that keeps its keys apart (see script.run).
+const MigrationWait = 10 * time.Second
+
+// isMigrating reports whether err says that the command's slot is being migrated:
+// TRYAGAIN, or an ASK left unfollowed.
+func isMigrating(err error) bool {
+	if err == nil {
+		return false
+	}
+	m := strings.TrimPrefix(err.Error(), "-")
+	return strings.HasPrefix(m, "TRYAGAIN") || strings.HasPrefix(m, "ASK ")
+}
+
+// followsRedirects reports whether rdb may reach another node when asked again: not a
+// client of one node.
+func followsRedirects(rdb Redis) bool {
+	switch rdb.(type) {
+	case *redis.Client, *redis.Conn:
+		return false
+	}
+	return true
 }
 
 // args returns the EVALSHA command that runs s on keys with args.

@@ -338,8 +338,15 @@ func (t *Topology) Close() error {
 // A fixed topology (StandaloneTopology, TopologyFromRanges) returns nil without asking
 // anything.
 func (t *Topology) Refresh(ctx context.Context) error {
+	_, err := t.refresh(ctx)
+	return err
+}
+
+// refresh is Refresh; it also returns the table fetched (nil when none was, or for a
+// fixed topology).
+func (t *Topology) refresh(ctx context.Context) (*slotTable, error) {
 	if t.opts.Conn == nil {
-		return nil
+		return nil, nil
 	}
 	var tried []string
 	if cur := t.table.Load(); cur != nil {
@@ -366,7 +373,7 @@ func (t *Topology) Refresh(ctx context.Context) error {
 			t.table.Store(tab)
 			t.lastErr = nil
 			t.mu.Unlock()
-			return nil
+			return tab, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 		if ctx.Err() != nil {
@@ -377,13 +384,19 @@ func (t *Topology) Refresh(ctx context.Context) error {
 	t.mu.Lock()
 	t.lastErr = err
 	t.mu.Unlock()
-	return err
+	return nil, err
 }
 
-// Run refreshes the topology every RefreshInterval, and soon (at most MinRefreshGap after
-// the previous refresh) after a MOVED redirect is reported, until ctx is done. Failed
-// refreshes go to OnError and keep the previous table. It returns when ctx is done; a fixed
-// topology returns at once.
+// Run refreshes the topology every RefreshInterval, and soon after a MOVED redirect is
+// reported (ReportMoved, NoteRedirect, or a client that Watch watches), until ctx is done.
+// A refresh asked for by a report comes at least MinRefreshGap after the previous one,
+// and reports in between share it. When such a refresh finds the cluster as the refresh
+// before it did (the report told nothing that the refresh could confirm: an address the
+// cluster does not announce, say), the gap doubles for the next, up to RefreshInterval,
+// and goes back to MinRefreshGap once a refresh finds a change: a client that keeps
+// disagreeing with the cluster does not make the topology ask it every MinRefreshGap.
+// Failed refreshes go to OnError and keep the previous table. It returns when ctx is
+// done; a fixed topology returns at once.
 func (t *Topology) Run(ctx context.Context) {
 	if t.opts.Conn == nil {
 		return
@@ -391,31 +404,49 @@ func (t *Topology) Run(ctx context.Context) {
 	tick := time.NewTimer(t.opts.RefreshInterval)
 	defer tick.Stop()
 	last := time.Now()
+	gap := t.opts.MinRefreshGap
+	fetched := t.table.Load() // what the last refresh found
 	for {
+		kicked := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		case <-t.kick:
-			if wait := t.opts.MinRefreshGap - time.Since(last); wait > 0 {
-				gap := time.NewTimer(wait)
+			kicked = true
+			if wait := gap - time.Since(last); wait > 0 {
+				timer := time.NewTimer(wait)
 				select {
 				case <-ctx.Done():
-					gap.Stop()
+					timer.Stop()
 					return
-				case <-gap.C:
+				case <-timer.C:
 				}
 			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, t.opts.RefreshTimeout)
-		err := t.Refresh(rctx)
+		tab, err := t.refresh(rctx)
 		cancel()
 		last = time.Now()
 		if err != nil && t.opts.OnError != nil && ctx.Err() == nil {
 			t.opts.OnError(err)
 		}
+		if tab != nil {
+			switch {
+			case !tab.same(fetched):
+				gap = t.opts.MinRefreshGap
+			case kicked:
+				gap = min(2*gap, t.opts.RefreshInterval)
+			}
+			fetched = tab
+		}
 		tick.Reset(t.opts.RefreshInterval)
 	}
+}
+
+// same reports whether tab and o describe the same cluster.
+func (tab *slotTable) same(o *slotTable) bool {
+	return o != nil && tab.cluster == o.cluster && slices.Equal(tab.addrs, o.addrs) && tab.owner == o.owner
 }
 
 // ReportMoved records that a node answered MOVED for slot, naming addr as its owner: the
@@ -456,10 +487,7 @@ func (t *Topology) ReportMoved(slot int, addr string) {
 		}
 	}
 	t.mu.Unlock()
-	select {
-	case t.kick <- struct{}{}:
-	default:
-	}
+	t.askRefresh()
 }
 
 // NoteRedirect looks at an error from a Redis command and, when it is a MOVED redirect,
@@ -472,6 +500,131 @@ func (t *Topology) NoteRedirect(err error) bool {
 	}
 	t.ReportMoved(r.Slot, r.Addr)
 	return true
+}
+
+// Watch makes the topology learn from what c meets: a node's MOVED reply (which c then
+// follows itself) is reported with ReportMoved, and so is a keyed command that a node
+// known as a primary served although the topology gives its slot to another primary (c
+// learned a move before the topology did, from a MOVED it met on a pipeline or its own
+// reload of the slot table). A command served by a node the topology does not know as a
+// primary — a replica promoted by a failover, which c finds with its own reloads
+// (ClusterOptions.ClusterStateReloadInterval) — asks Run for a refresh instead. So a
+// change of the slots c works on shows in the topology within MinRefreshGap, not at the
+// next periodic refresh, at no cost when nothing changed: the check is a slot computation
+// per command, and nothing is sent to Redis but the refresh that Run makes (rate-limited
+// as Run says). c must send its keyed commands to primaries (no ReadOnly).
+//
+// Call it before c sends its first command: it hooks each node client c makes from then
+// on (ClusterClient.OnNewNode).
+func (t *Topology) Watch(c *redis.ClusterClient) {
+	c.OnNewNode(func(n *redis.Client) { n.AddHook(watchHook{t, n.Options().Addr}) })
+}
+
+// watchHook is the hook Watch adds to the client of the node at addr.
+type watchHook struct {
+	t    *Topology
+	addr string
+}
+
+func (h watchHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h watchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.t.saw(h.addr, cmd.Args(), cmd.Err(), true)
+		return err
+	}
+}
+
+// ProcessPipelineHook reports MOVED replies only: a pipeline that succeeds may be ASKING
+// and a command on a slot being imported, which the node does not own yet.
+func (h watchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.t.saw(h.addr, cmd.Args(), cmd.Err(), false)
+		}
+		return err
+	}
+}
+
+// saw looks at one command the node at addr answered with err: a MOVED, or (when served
+// counts) a keyed command served, whose slot the table gives to another primary.
+func (t *Topology) saw(addr string, args []any, err error, served bool) {
+	tab := t.table.Load()
+	if tab == nil || !tab.cluster {
+		return
+	}
+	if r, ok := ParseRedirect(err); ok {
+		if r.Ask {
+			return
+		}
+		if host, port, e := net.SplitHostPort(r.Addr); e == nil && host == "" {
+			h, _, _ := net.SplitHostPort(addr)
+			r.Addr = net.JoinHostPort(h, port)
+		}
+		if t.PrimaryOf(r.Slot) != r.Addr {
+			t.ReportMoved(r.Slot, r.Addr)
+		}
+		return
+	}
+	if !served || (err != nil && !errors.Is(err, redis.Nil)) {
+		return
+	}
+	slot := cmdSlot(args)
+	if slot < 0 || t.PrimaryOf(slot) == addr {
+		return
+	}
+	if _, known := slices.BinarySearch(tab.addrs, addr); known {
+		t.ReportMoved(slot, addr)
+		return
+	}
+	t.askRefresh()
+}
+
+// askRefresh asks Run for a refresh.
+func (t *Topology) askRefresh() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// cmdSlot returns the slot of the first key of a command that names one where cmdSlot
+// knows to find it (the commands of this package, the executor's and the agent's), -1
+// for others: a command it does not know may name no key, or a channel (PUBLISH), which
+// any node serves.
+func cmdSlot(args []any) int {
+	if len(args) < 2 {
+		return -1
+	}
+	name, _ := args[0].(string)
+	at := 1
+	switch strings.ToLower(name) {
+	case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro":
+		if len(args) < 4 {
+			return -1
+		}
+		if n, ok := integer(args[2]); !ok || n < 1 {
+			return -1
+		}
+		at = 3
+	case "get", "set", "del", "unlink", "exists", "type", "dump", "restore", "pttl", "ttl",
+		"expire", "pexpire", "expireat", "pexpireat", "persist",
+		"incr", "incrby", "decr", "decrby", "getset", "getdel",
+		"sadd", "srem", "smembers", "sismember", "scard",
+		"zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "zscore",
+		"hget", "hset", "hmget", "hgetall", "hdel":
+	default:
+		return -1
+	}
+	switch k := args[at].(type) {
+	case string:
+		return Slot(k)
+	case []byte:
+		return SlotBytes(k)
+	}
+	return -1
 }
 
 // Redirect is a MOVED or ASK answer from a cluster node.
