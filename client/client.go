@@ -57,8 +57,10 @@ type Options struct {
 	//   - at Warn, once, when the held plan's leases have run out (commands then go to
 	//     Redis unmitigated), and at Info, once, when a plan is taken again after that
 	//     or after failed fetches;
-	//   - at Warn, the first write of a split key (per plan) whose copying to the copies
-	//     failed (the client then reads that key from the original until the next plan);
+	//   - at Warn, the first write of a split key whose copying to the copies failed
+	//     (the client then reads that key from the original until it has copied the
+	//     original to the copies in the background), and at Info when it has done so;
+	//   - at Debug, each failed attempt at that copying;
 	//   - at Warn, each failed flush of a batched counter's sum (per key, per flush);
 	//     at Error, each sum given up after failed flushes (see Counter);
 	//   - at Debug, each failed listing of a sub-counter.
@@ -89,6 +91,10 @@ type CopyStats struct {
 	// scripts, blocking pops, unknown commands): the key's reads went back to the
 	// original until the next plan.
 	Unmirrored uint64
+	// Repairs count the copies brought up to date in the background after a write whose
+	// outcome was unknown or whose copying failed (counted in MirrorErrors), which
+	// turned the key's reads back to the copies.
+	Repairs uint64
 }
 
 // ClientStats is everything a Client counts.
@@ -122,7 +128,15 @@ type Client struct {
 	// the process, so the copies end with the value the original ends with.
 	stripes [64]stripe
 
-	copyReads, copyFallbacks, mirrors, mirrorErrors, unmirrored atomic.Uint64
+	copyReads, copyFallbacks, mirrors, mirrorErrors, unmirrored, repairs atomic.Uint64
+
+	// life ends at Close; the repairs of copies run in it.
+	life           context.Context
+	repairSem      chan struct{}         // bounds the repair attempts running at once
+	repairMu       sync.Mutex            // guards repairing and repairsStopped
+	repairing      map[*keyPlan]struct{} // the keys (of one plan each) whose repair runs
+	repairsStopped bool                  // Close has begun: start no repair
+	repairWG       sync.WaitGroup        // the repairs running
 
 	first     chan struct{} // closed when the first plan arrives
 	firstOnce sync.Once
@@ -201,6 +215,7 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		rdb: rdb, l1: l1, aside: aside, now: opts.Now, rand: opts.Rand, log: log,
 		timeout: l1.loadTimeout, reg: opts.Registry,
 		first: make(chan struct{}), done: make(chan struct{}),
+		repairSem: make(chan struct{}, repairsAtOnce), repairing: make(map[*keyPlan]struct{}),
 	}
 	for i := range c.stripes {
 		c.stripes[i].token = make(chan struct{}, 1)
@@ -249,9 +264,9 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	if c.reporter != nil {
 		rdb.AddHook(c.reporter.Hook()) // outermost: it sees each command as the app sent it
 	}
-	rdb.AddHook(planHook{c})
 	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
+	c.life, c.cancel = ctx, cancel
+	rdb.AddHook(planHook{c})
 	go func() {
 		defer close(c.done)
 		var retry chan struct{}
@@ -408,7 +423,8 @@ func (c *Client) Stats() ClientStats {
 	st := ClientStats{
 		Plan: c.follower.stats(), L1: c.l1.Stats(), Aside: c.aside.Stats(),
 		Copies: CopyStats{Reads: c.copyReads.Load(), Fallbacks: c.copyFallbacks.Load(),
-			Mirrors: c.mirrors.Load(), MirrorErrors: c.mirrorErrors.Load(), Unmirrored: c.unmirrored.Load()},
+			Mirrors: c.mirrors.Load(), MirrorErrors: c.mirrorErrors.Load(), Unmirrored: c.unmirrored.Load(),
+			Repairs: c.repairs.Load()},
 	}
 	if c.reporter != nil {
 		st.Reports = c.reporter.Stats()
@@ -430,6 +446,7 @@ func (c *Client) Close() error {
 		c.closed.Store(true)
 		c.cancel()
 		<-c.done
+		c.stopRepairs()
 		c.transport.CloseIdleConnections()
 		c.l1.Close()
 		c.aside.Close()

@@ -77,9 +77,17 @@ type CounterStats struct {
 //     trip, and, when some are listed, the exact sum of the key, the sub-counters and the
 //     folds in flight (mitigate.ReadCounter). Sub-counters stay listed until the agent
 //     has folded them back and nobody writes them any more, so Get is exact whether or
-//     not this process holds a plan, the agent is away, or the entry ended. With an L1
-//     entry for the key and no sharded_counter entry, Get is GET key instead, which the
-//     L1 may answer (up to its TTL);
+//     not this process holds a plan, the agent is away, or the entry ended. While this
+//     client holds a sharded_counter entry for the key, or held one within the two
+//     leases after it ended, Get reads the sub-counters those entries named besides the
+//     listed ones (in the same round trips, and ReadCounter's even when none is listed),
+//     so a listing lost on the key's node (a failover before its SADD replicated) cannot
+//     hide the increments this process knows of. What remains: a process that never
+//     held the entry, or whose two leases after it are over, depends on the list, and
+//     misses the increments of a sub-counter whose listing was lost until the agent
+//     folds it into the key (or a writer lists it again, at most mitigate.ListRenewal
+//     later). With an L1 entry for the key and no sharded_counter entry, Get is GET key
+//     instead, which the L1 may answer (up to its TTL);
 //   - an enforced batched_counter entry: Add adds n to a sum kept in the process and
 //     returns nil at once, without calling Redis; a background goroutine sends one INCRBY
 //     per key per FlushInterval (counted from the first Add after the previous flush),
@@ -157,10 +165,12 @@ type Counter struct {
 	listed map[string]time.Time // sub-counter → until when Add may increment it without listing it again (Client clock)
 
 	shardedMu sync.Mutex // guards shardedKeys
-	// shardedKeys: key → until when a DEL or EXPIRE of it through the app's client
-	// reaches its sub-counters too (Client clock): the end of its sharded_counter lease
-	// plus two leases, long enough for the executor to fold and forget them.
-	shardedKeys map[string]time.Time
+	// shardedKeys: the keys with a sharded_counter entry in this client's plan
+	// recently: until the end of its lease plus two leases (long enough for the
+	// executor to fold and forget the sub-counters), a DEL or EXPIRE of the key through
+	// the app's client reaches its sub-counters too, and Get reads the sub-counters the
+	// entries named besides those listed.
+	shardedKeys map[string]*shardedKey
 	nsharded    atomic.Int64 // len(shardedKeys): the plan hook's check, one load while 0
 
 	closed    atomic.Bool   // set by Close before it drains the stripes; read under a stripe's lock by Add
@@ -178,6 +188,13 @@ type Counter struct {
 
 	plain, sharded, batched, flushes, flushErrors, uncertain, droppedAdds, writeFlushes atomic.Uint64
 	dropped                                                                             atomic.Int64
+}
+
+// shardedKey is what the Counter remembers of a key's recent sharded_counter entries.
+type shardedKey struct {
+	until time.Time       // Client clock: the end of the last entry's lease plus two leases
+	subs  []mitigate.Node // every sub-counter those entries named; read-only once set
+	list  string          // the key's list of sub-counters (subCounterList)
 }
 
 // counterStripe holds the pending sums of the keys that hash to it.
@@ -199,7 +216,7 @@ type batch struct {
 }
 
 func newCounter(c *Client) *Counter {
-	k := &Counter{c: c, listed: make(map[string]time.Time), shardedKeys: make(map[string]time.Time),
+	k := &Counter{c: c, listed: make(map[string]time.Time), shardedKeys: make(map[string]*shardedKey),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range k.stripes {
 		k.stripes[i].pending = make(map[string]*batch)
@@ -304,7 +321,8 @@ func (k *Counter) Get(ctx context.Context, key string) (int64, error) {
 
 // read returns key's value in Redis. With an L1 entry for the key and no sharded_counter
 // entry it is a GET, which the plan hook may answer from the L1; else the key and its
-// listed sub-counters (mitigate.ReadListedCounter), sent as the client's own commands,
+// listed sub-counters (mitigate.ReadListedCounter), with those of its recent
+// sharded_counter entries too (readUnion), sent as the client's own commands,
 // which the hooks leave alone (the plan hook would take its script for a write of the
 // key), and sampled as one read of the key.
 func (k *Counter) read(ctx context.Context, key string) (int64, error) {
@@ -325,9 +343,50 @@ func (k *Counter) read(ctx context.Context, key string) (int64, error) {
 		}
 		return v, nil
 	}
-	v, err := mitigate.ReadListedCounter(internal(ctx), c.rdb, key)
+	var v int64
+	var err error
+	if subs, list, ok := k.recentSubs(key, now); ok {
+		v, err = k.readUnion(internal(ctx), key, list, subs)
+	} else {
+		v, err = mitigate.ReadListedCounter(internal(ctx), c.rdb, key)
+	}
 	c.reporter.sample(key, sampler.OpRead)
 	return v, err
+}
+
+// readListed reads a counter key and its list of sub-counters in one step, as
+// mitigate.ReadListedCounter does. KEYS: key, its list. Reply: {value or "", members}.
+var readListed = redis.NewScript(`
+return {redis.call('GET', KEYS[1]) or '', redis.call('SMEMBERS', KEYS[2])}`)
+
+// readUnion is mitigate.ReadListedCounter for a key whose sharded_counter entries this
+// process knows (subs): it reads the sub-counters listed and those in subs, so that a
+// listing lost on the key's node (a failover before its SADD replicated) cannot hide
+// the increments of sub-counters the plan named. The list comes with the key, in the
+// same round trip as ReadListedCounter's; then, as there, mitigate.ReadCounter reads
+// the sub-counters (one round trip to each node, in parallel) between two more round
+// trips to the key's node, even when nothing is listed.
+func (k *Counter) readUnion(ctx context.Context, key, list string, subs []mitigate.Node) (int64, error) {
+	reply, err := readListed.Run(ctx, k.c.rdb, []string{key, list}).Slice()
+	if err != nil {
+		return 0, fmt.Errorf("client: read counter %q: %w", key, err)
+	}
+	var listed []any
+	ok := len(reply) == 2
+	if ok {
+		listed, ok = reply[1].([]any)
+	}
+	if !ok {
+		return 0, fmt.Errorf("client: read counter %q: got %v from the key's node; want its value and its list", key, reply)
+	}
+	union := slices.Clone(subs)
+	for _, m := range listed {
+		name, _ := m.(string)
+		if !slices.ContainsFunc(union, func(n mitigate.Node) bool { return n.Name == name }) {
+			union = append(union, mitigate.Node{Name: name, Slot: mitigate.Slot(name)})
+		}
+	}
+	return mitigate.ReadCounter(ctx, k.c.rdb, key, union)
 }
 
 // overflows reports whether a + b wraps around an int64.
@@ -372,19 +431,35 @@ func (k *Counter) onPlan(ix *planIndex) {
 	used := make(map[string]bool)
 	now := k.c.now()
 	k.shardedMu.Lock()
+	maps.DeleteFunc(k.shardedKeys, func(_ string, sk *shardedKey) bool { return !now.Before(sk.until) })
 	for key, kp := range ix.keys {
 		for _, e := range kp.others {
-			if e.Kind == mitigate.ShardedCounter {
-				for _, n := range e.SubCounters {
-					used[n.Name] = true
+			if e.Kind != mitigate.ShardedCounter {
+				continue
+			}
+			for _, n := range e.SubCounters {
+				used[n.Name] = true
+			}
+			sk := k.shardedKeys[key]
+			if sk == nil {
+				sk = &shardedKey{list: subCounterList(key)}
+				k.shardedKeys[key] = sk
+			}
+			if until := e.until.Add(2 * mitigate.DefaultLease); until.After(sk.until) {
+				sk.until = until
+			}
+			// A new slice when it grows: Get reads the old one without the lock.
+			var more []mitigate.Node
+			for _, n := range e.SubCounters {
+				if !slices.ContainsFunc(sk.subs, func(m mitigate.Node) bool { return m.Name == n.Name }) {
+					more = append(more, n)
 				}
-				if until := e.until.Add(2 * mitigate.DefaultLease); until.After(k.shardedKeys[key]) {
-					k.shardedKeys[key] = until
-				}
+			}
+			if len(more) > 0 {
+				sk.subs = append(slices.Clip(sk.subs), more...)
 			}
 		}
 	}
-	maps.DeleteFunc(k.shardedKeys, func(_ string, until time.Time) bool { return !now.Before(until) })
 	k.nsharded.Store(int64(len(k.shardedKeys)))
 	k.shardedMu.Unlock()
 	k.listMu.Lock()
@@ -394,10 +469,20 @@ func (k *Counter) onPlan(ix *planIndex) {
 
 // isSharded reports whether key had a sharded_counter entry recently (see shardedKeys).
 func (k *Counter) isSharded(key string, now time.Time) bool {
+	_, _, ok := k.recentSubs(key, now)
+	return ok
+}
+
+// recentSubs returns the sub-counters of key's recent sharded_counter entries and the
+// name of its list, and whether it had one (see shardedKeys).
+func (k *Counter) recentSubs(key string, now time.Time) (subs []mitigate.Node, list string, ok bool) {
 	k.shardedMu.Lock()
-	until, ok := k.shardedKeys[key]
-	k.shardedMu.Unlock()
-	return ok && now.Before(until)
+	defer k.shardedMu.Unlock()
+	sk := k.shardedKeys[key]
+	if sk == nil || !now.Before(sk.until) {
+		return nil, "", false
+	}
+	return sk.subs, sk.list, true
 }
 
 // keyOp says what a command does to a whole key that the sub-counters of a sharded
@@ -829,4 +914,20 @@ func (k *Counter) close() error {
 		}
 	})
 	return k.closeErr
+}
+
+// subCounterList returns the name of key's list of sub-counters, as mitigate names it
+// (ListSubCounter, ReadListedCounter): "{hk:t<n>}subs:<key>", n the smallest number such
+// that "hk:t<n>" hashes to key's slot. mitigate does not export it; the Counter needs
+// it to read the list in the same round trip as the key when it knows sub-counters of
+// its own (see read). TestCounterLostListing checks that the two agree.
+func subCounterList(key string) string {
+	slot := mitigate.Slot(key)
+	buf := make([]byte, 0, 16)
+	for n := uint64(0); ; n++ {
+		buf = strconv.AppendUint(append(buf[:0], "hk:t"...), n, 10)
+		if mitigate.SlotBytes(buf) == slot {
+			return "{" + string(buf) + "}subs:" + key
+		}
+	}
 }

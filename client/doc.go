@@ -74,8 +74,17 @@
 // — a multi-key write touching a split key (MSET, DEL a b, RENAME, …), MULTI/EXEC,
 // scripts (EVAL, FCALL), blocking pops, unknown commands naming the key — goes to the
 // original only, and this client reads the key from the original until the next plan
-// version (at most the agent's renewal period, 30s by default). So does a write whose
-// outcome is unknown (timeout) or whose copying failed. In a plain pipeline, reads go to
+// version (at most the agent's renewal period, 30s by default). A write whose outcome is
+// unknown (a timeout, a broken connection) or whose copying failed turns the key's copy
+// reads off too, since the copies may be older than the original, but only until a
+// repair in the background (one per key, 50ms doubling to 2s between attempts, ended by
+// Close or a new plan) has copied the original, as it is then, to the copies: it holds
+// the key's stripe from reading the original to writing the copies, so a write made
+// meanwhile is mirrored after it, and a write marked unknown after the repair began
+// keeps the reads off until another repair. Reads thus never return a value older than
+// one a read of the original returned after the write, except when the write itself
+// reaches Redis after the repair's commands, sent after it failed (a command delayed in
+// the network, not queued in the server). In a plain pipeline, reads go to
 // the original and single-key writes are mirrored after the pipeline. On a connection in
 // MULTI or with keys watched (a Conn, or the Tx of Client.Watch or ClusterClient.Watch),
 // every read goes to Redis and to the original, never to L1 or a copy. A write of a
@@ -114,7 +123,9 @@
 // before it first increments it, and the agent takes it off only after folding it: any
 // Counter.Get, in any process, with or without a plan, reads the key and its list in one
 // round trip, and the listed sub-counters too when there are any (about three round trips
-// then, instead of one).
+// then, instead of one). A process that holds the entry (or did within two leases) reads
+// the entry's sub-counters too, listed or not, so that a listing lost in a failover of
+// the key's primary does not hide them from it; other processes depend on the list.
 //
 // Known limitation: a plain GET of the key, through this client or any other, reads the
 // key alone and misses the increments not yet folded. Read a sharded counter with

@@ -33,6 +33,7 @@ var clientMetrics = []metric{
 	{"hotkeyd_client_copy_mirrors_total", "Writes of a split key copied to its copies.", prometheus.CounterValue, nil},
 	{"hotkeyd_client_copy_mirror_errors_total", "Writes of a split key whose copying failed.", prometheus.CounterValue, nil},
 	{"hotkeyd_client_copy_unmirrored_total", "Writes of a split key the client could not mirror.", prometheus.CounterValue, nil},
+	{"hotkeyd_client_copy_repairs_total", "Copies of a split key brought up to date in the background after a mirror error.", prometheus.CounterValue, nil},
 }
 
 func newCollector(c *Client) *collector {
@@ -80,7 +81,7 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, v := range []float64{float64(st.Plan.Version), float64(st.Plan.Entries), float64(st.Plan.Errors),
 		float64(st.Copies.Reads), float64(st.Copies.Fallbacks), float64(st.Copies.Mirrors),
-		float64(st.Copies.MirrorErrors), float64(st.Copies.Unmirrored)} {
+		float64(st.Copies.MirrorErrors), float64(st.Copies.Unmirrored), float64(st.Copies.Repairs)} {
 		emit(v)
 		i++
 	}

@@ -42,7 +42,7 @@ const maxPlanBytes = mitigate.MaxPlanBytes
 
 // planIndex is a plan as the command path reads it: the enforced entries by key, with
 // their leases on the client's clock. It is immutable once published, except for the
-// keyPlan.noCopies flags.
+// keyPlan.copyState words.
 type planIndex struct {
 	plan  mitigate.Plan
 	keys  map[string]*keyPlan
@@ -58,9 +58,9 @@ type keyPlan struct {
 
 	copies      []string // names of the copies; nil: none
 	copiesUntil time.Time
-	// noCopies is set when this client wrote the key with a command it cannot mirror to
-	// the copies: its reads then go to the original until the next plan.
-	noCopies atomic.Bool
+	// copyState says whether this client's reads of the key may go to its copies (see
+	// the copy* bits): they may while neither copyUnsure nor copyUnmirrored is set.
+	copyState atomic.Uint64
 
 	// Entries of the other kinds (sharded and batched counters), kept for the Counter
 	// API: see leased.
@@ -71,6 +71,35 @@ type keyPlan struct {
 type leasedEntry struct {
 	mitigate.Entry
 	until time.Time
+}
+
+// Bits of keyPlan.copyState.
+const (
+	// copyUnsure: a write's outcome is unknown (a timeout, a broken connection) or its
+	// copying failed, so the copies may be older than the original. Reads go to the
+	// original until a repair (Client.repair) has copied the original to the copies.
+	copyUnsure = 1
+	// copyUnmirrored: this client wrote the key with a command it cannot mirror (a
+	// multi-key write, MULTI/EXEC, a script…). Reads go to the original until the next
+	// plan: a repair cannot end it, since a write queued in MULTI runs at EXEC, later.
+	copyUnmirrored = 2
+	// copyGen is the unit of the count of unsure marks, in the bits above: a repair
+	// clears copyUnsure only when no write was marked unsure since it began.
+	copyGen = 4
+)
+
+// markUnmirrored turns the key's copy reads off until the next plan.
+func (k *keyPlan) markUnmirrored() { k.copyState.Or(copyUnmirrored) }
+
+// markUnsure turns the key's copy reads off until a repair that begins after it ends,
+// and reports whether they were on as far as unsure marks go (a new episode).
+func (k *keyPlan) markUnsure() bool {
+	for {
+		s := k.copyState.Load()
+		if k.copyState.CompareAndSwap(s, (s+copyGen)|copyUnsure) {
+			return s&copyUnsure == 0
+		}
+	}
 }
 
 // l1 returns the key's L1 TTL, 0 when it has none or its lease ran out (or k is nil: the
@@ -84,7 +113,7 @@ func (k *keyPlan) l1(now time.Time) time.Duration {
 
 // readCopies returns the copies reads may go to, nil when none.
 func (k *keyPlan) readCopies(now time.Time) []string {
-	if k.copies != nil && now.Before(k.copiesUntil) && !k.noCopies.Load() {
+	if k.copies != nil && now.Before(k.copiesUntil) && k.copyState.Load()&(copyUnsure|copyUnmirrored) == 0 {
 		return k.copies
 	}
 	return nil

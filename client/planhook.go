@@ -254,7 +254,7 @@ func (c *Client) processSession(ctx context.Context, cmd redis.Cmder, s *session
 	for _, key := range w.keys {
 		if kp := ix.lookup(key); kp != nil && kp.split(now) {
 			c.unmirrored.Add(1)
-			kp.noCopies.Store(true)
+			kp.markUnmirrored()
 		}
 	}
 	return next(ctx, cmd)
@@ -319,7 +319,7 @@ func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next r
 			}
 			if tx || !w.mirrorable {
 				c.unmirrored.Add(1)
-				kp.noCopies.Store(true)
+				kp.markUnmirrored()
 				continue
 			}
 			toCopy = append(toCopy, written{key, kp, cmd})
@@ -332,9 +332,9 @@ func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next r
 		st := c.stripe(w.key)
 		if st.lock(ctx) != nil {
 			// The write is done but ctx ended before its copying could start: this
-			// client reads the key from the original until the next plan.
-			w.kp.noCopies.Store(true)
+			// client reads the key from the original until a repair has copied it.
 			c.mirrorErrors.Add(1)
+			c.unsure(w.key, w.kp)
 			continue
 		}
 		c.afterWrite(ctx, w.key, w.kp, w.cmd.Err())
@@ -536,7 +536,7 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 		for _, key := range w.keys {
 			if kp := ix.lookup(key); kp != nil && kp.split(now) {
 				c.unmirrored.Add(1)
-				kp.noCopies.Store(true)
+				kp.markUnmirrored()
 			}
 		}
 		return err
@@ -725,14 +725,14 @@ return {t, redis.call('DUMP', KEYS[1])}`)
 // ended with err: they get the original's value, type and TTL (DUMP and RESTORE), or are
 // deleted when the original is gone. The caller holds the key's stripe, so copies end
 // as the original does. When the write's outcome is unknown (a timeout, a broken
-// connection) or copying fails, this client reads the key from the original until the
-// next plan.
+// connection) or copying fails, this client reads the key from the original until a
+// repair has copied the original to the copies (see unsure).
 func (c *Client) afterWrite(ctx context.Context, key string, kp *keyPlan, err error) {
 	if err != nil && err != redis.Nil {
 		var rerr redis.Error
 		if !errors.As(err, &rerr) || isNetError(err) {
-			kp.noCopies.Store(true) // the write may or may not have happened
 			c.mirrorErrors.Add(1)
+			c.unsure(key, kp) // the write may or may not have happened
 		}
 		return // Redis refused the write: nothing changed
 	}
@@ -740,9 +740,9 @@ func (c *Client) afterWrite(ctx context.Context, key string, kp *keyPlan, err er
 	defer cancel()
 	if err := c.copyOriginal(ictx, key, kp.copies); err != nil {
 		c.mirrorErrors.Add(1)
-		// Logged once per key and plan: during an outage every write of the key fails so.
-		if !kp.noCopies.Swap(true) {
-			c.log.Warn("hotkeyd: writing a key's copies failed; this client reads the key from the original until the next plan",
+		// Logged once per episode: during an outage every write of the key fails so.
+		if c.unsure(key, kp) {
+			c.log.Warn("hotkeyd: writing a key's copies failed; this client reads the key from the original until it has copied the original to them",
 				"key", key, "err", err)
 		}
 		return

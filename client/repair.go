@@ -1,0 +1,148 @@
+package client
+
+import (
+	"context"
+	"time"
+)
+
+// Repairs of a split key's copies. A write of the original whose outcome is unknown (a
+// timeout, a broken connection), or whose copying to the copies failed, leaves copies
+// that may be older than the original: reading them could return a value older than
+// one a read of the original has already returned. So such a write turns the key's copy
+// reads off (copyUnsure), and a repair in the background copies the original to the
+// copies (copyOriginal reads the original as it is now, so whatever the write did is in
+// the copies after it) and turns them on again, instead of the original's node taking
+// all of the key's reads until the next plan.
+//
+// Writes of the key through this client take its stripe, and the repair takes it from
+// before it reads the original to after it has written the copies and cleared the
+// mark: a write meanwhile waits, then is mirrored as usual, so it is never lost in the
+// copies. A mark made after a repair began (copyState's count) is not cleared by it.
+
+// Waits between a repair's attempts, and how many attempts run at once in a Client.
+const (
+	repairMin     = 50 * time.Millisecond // before the first attempt, doubling
+	repairMax     = 2 * time.Second
+	repairsAtOnce = 8
+)
+
+// unsure marks key's copies as possibly older than the original and makes sure a repair
+// runs for it (one per key and plan at a time). It reports whether the copy reads were
+// on until now as far as unsure marks go (the start of an episode).
+func (c *Client) unsure(key string, kp *keyPlan) bool {
+	fresh := kp.markUnsure()
+	c.repairMu.Lock()
+	defer c.repairMu.Unlock()
+	if c.repairsStopped {
+		return fresh
+	}
+	if _, running := c.repairing[kp]; running {
+		return fresh // it sees the new mark before it ends (repairEnd)
+	}
+	c.repairing[kp] = struct{}{}
+	c.repairWG.Add(1)
+	go c.repair(key, kp)
+	return fresh
+}
+
+// repair copies the original of key to its copies and clears copyUnsure, retrying with a
+// backoff, until it has done so, a new plan replaced kp, the copies' lease ran out, or
+// Close.
+func (c *Client) repair(key string, kp *keyPlan) {
+	defer c.repairWG.Done()
+	start := time.Now()
+	wait := repairMin
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	tries := 0
+	for {
+		select {
+		case <-c.life.Done():
+			c.repairEnd(key, kp, true)
+			return
+		case <-t.C:
+		}
+		tries++
+		err := c.repairOnce(key, kp)
+		if c.repairEnd(key, kp, false) {
+			if err == nil {
+				c.log.Info("hotkeyd: copied a key's original to its copies after a write of unknown outcome or a failed copying; reads go to the copies again",
+					"key", key, "after", time.Since(start).Round(time.Millisecond), "tries", tries)
+			}
+			return
+		}
+		if err != nil {
+			c.log.Debug("hotkeyd: repairing a key's copies failed; retrying", "key", key, "err", err, "retry_in", wait)
+			wait = min(2*wait, repairMax)
+		} else {
+			wait = repairMin // marked again after the attempt: repair again soon
+		}
+		t.Reset(wait)
+	}
+}
+
+// repairEnd reports whether the repair of kp may end (and forgets it then): the mark is
+// cleared, kp is no longer the key's plan or its copies' lease ran out, or stop (Close).
+// It decides under repairMu, so that an unsure call either sees the repair running or
+// starts a new one.
+func (c *Client) repairEnd(key string, kp *keyPlan, stop bool) bool {
+	c.repairMu.Lock()
+	defer c.repairMu.Unlock()
+	current := c.follower.cur.Load().lookup(key) == kp && kp.split(c.now())
+	if !stop && current && kp.copyState.Load()&copyUnsure != 0 {
+		return false
+	}
+	delete(c.repairing, kp)
+	return true
+}
+
+// repairRaced says that a repair's copy was made but a write was marked unsure
+// meanwhile, so the mark stays.
+type repairRaced struct{}
+
+func (repairRaced) Error() string { return "a write of the key was marked unsure during the repair" }
+
+// repairOnce makes one attempt: it asks the original's node whether the key exists,
+// without the stripe (so that a node that is down holds no writes of the stripe back),
+// then, holding the stripe, copies the original to the copies and clears copyUnsure
+// unless the key was marked again since the attempt began. Every command is sent after
+// the write that marked the key failed, so Redis has processed that write, if it got
+// it, by the time it answers the probe: the copy includes it.
+func (c *Client) repairOnce(key string, kp *keyPlan) error {
+	select {
+	case c.repairSem <- struct{}{}:
+	case <-c.life.Done():
+		return c.life.Err()
+	}
+	defer func() { <-c.repairSem }()
+	ctx, cancel := context.WithTimeout(internal(c.life), c.timeout)
+	defer cancel()
+	if err := c.rdb.Exists(ctx, key).Err(); err != nil {
+		return err
+	}
+	st := c.stripe(key)
+	if err := st.lock(ctx); err != nil {
+		return err
+	}
+	defer st.unlock()
+	s := kp.copyState.Load()
+	if s&copyUnsure == 0 {
+		return nil
+	}
+	if err := c.copyOriginal(ctx, key, kp.copies); err != nil {
+		return err
+	}
+	if !kp.copyState.CompareAndSwap(s, s&^copyUnsure) {
+		return repairRaced{}
+	}
+	c.repairs.Add(1)
+	return nil
+}
+
+// stopRepairs ends the repairs and waits for them; Close calls it after ending c.life.
+func (c *Client) stopRepairs() {
+	c.repairMu.Lock()
+	c.repairsStopped = true
+	c.repairMu.Unlock()
+	c.repairWG.Wait()
+}

@@ -1,0 +1,188 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+)
+
+// TestCopiesRepairRacesWrites: repairs (started by marking the key unsure, as a write
+// of unknown outcome does) run while the key is written again and again through the
+// client. No write is lost in the copies, reads of the key never go back in time, and
+// once the writes stop the copies hold the last value and the reads go to them.
+func TestCopiesRepairRacesWrites(t *testing.T) {
+	srv := redistest.Start(t)
+	ps := startPlanServer(t)
+	key := "cp:repair:race"
+	names := copyNames(key, 2)
+	ps.publish(copiesEntry(key, names, time.Minute))
+	im := standalone(srv.Addr())
+	rdb, c := attach(t, im, ps, Options{})
+	ctx := context.Background()
+	if err := rdb.Set(ctx, key, "0", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	kp := c.follower.cur.Load().lookup(key)
+	const writes = 300
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var readErr error
+	wg.Go(func() { // a reader: values never decrease
+		last := -1
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s, err := rdb.Get(ctx, key).Result()
+			if err != nil {
+				readErr = err
+				return
+			}
+			v, _ := strconv.Atoi(s)
+			if v < last {
+				readErr = errors.New("GET returned " + s + " after " + strconv.Itoa(last))
+				return
+			}
+			last = v
+		}
+	})
+	wg.Go(func() { // marks, as writes of unknown outcome do
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c.unsure(key, kp)
+			time.Sleep(time.Duration(c.pick(3000)) * time.Microsecond)
+		}
+	})
+	for i := 1; i <= writes; i++ {
+		if err := rdb.Set(ctx, key, strconv.Itoa(i), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(c.pick(500)) * time.Microsecond)
+	}
+	close(stop)
+	wg.Wait()
+	if readErr != nil {
+		t.Fatal(readErr)
+	}
+	waitFor(t, func() bool { return kp.readCopies(c.now()) != nil })
+	plain := im.new()
+	defer plain.Close()
+	for _, n := range names {
+		if v := plain.Get(ctx, n).Val(); v != strconv.Itoa(writes) {
+			t.Errorf("copy %s = %q after the repairs; want %d (a write was lost in the copies)", n, v, writes)
+		}
+	}
+	if st := c.Stats().Copies; st.Repairs == 0 {
+		t.Errorf("copy stats %+v; want some repairs", st)
+	}
+}
+
+// TestCopiesRepairAfterPrimaryKill: the primary holding a split key's original is killed
+// (kill -9) and a write of the key fails; its replica takes over. Reads of the key go
+// back to the copies on the other primaries soon after, without a new plan, and never
+// return a value older than one returned before.
+func TestCopiesRepairAfterPrimaryKill(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	key := "cp:repair:kill"
+	probe := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	defer probe.Close()
+	owner := func(k string) string {
+		addr, err := probe.MasterForKey(ctx, k)
+		if err != nil {
+			t.Fatalf("MasterForKey(%s): %v", k, err)
+		}
+		return addr.Options().Addr
+	}
+	var primary *redistest.Server
+	for _, n := range cl.Nodes() {
+		if n.Addr() == owner(key) {
+			primary = n
+		}
+	}
+	var names []string
+	for i := 1; len(names) < 2; i++ {
+		n := "{hk:copy" + strconv.Itoa(i) + ":0}" + key
+		if owner(n) != primary.Addr() {
+			names = append(names, n)
+		}
+	}
+	replica := cl.AddReplica(t, primary)
+	ps := startPlanServer(t)
+	ps.publish(copiesEntry(key, names, time.Minute))
+	// ClusterStateReloadInterval: go-redis's default (60s) would keep it sending the
+	// key's commands to the dead primary for up to a minute after the failover.
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, MaxRetries: 1, ClusterStateReloadInterval: time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	c := attachTo(t, rdb, ps, Options{})
+	version := c.Stats().Plan.Version
+	if err := rdb.Set(ctx, key, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := redis.NewClient(&redis.Options{Addr: primary.Addr()}).Wait(ctx, 1, 2000).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 on the primary: %d, %v; want the SET on the replica", n, err)
+	}
+	primary.Kill()
+	if err := rdb.Set(ctx, key, "2", 0).Err(); err == nil {
+		t.Fatal("SET with the primary killed succeeded; the test needs it to fail")
+	}
+	if st := c.Stats().Copies; st.MirrorErrors != 1 {
+		t.Fatalf("copy stats %+v after the failed SET; want 1 mirror error", st)
+	}
+	alive := []*redistest.Server{replica}
+	for _, n := range cl.Nodes() {
+		if n != primary {
+			alive = append(alive, n)
+		}
+	}
+	cl.Failover(t, replica, "TAKEOVER", alive...)
+	// go-redis finds the new primary when it reloads the cluster's slots (about a second
+	// after its last load); from the first GET it answers, the copies take the reads
+	// again within the repair's backoff.
+	reads := c.Stats().Copies.Reads
+	start := time.Now()
+	var back time.Time
+	last := ""
+	for n := 0; c.Stats().Copies.Reads == reads; n++ {
+		switch {
+		case back.IsZero() && time.Since(start) > 30*time.Second:
+			t.Fatal("the original was not reachable again within 30s of the failover")
+		case !back.IsZero() && time.Since(back) > 4*time.Second:
+			t.Fatalf("copy reads did not resume within 4s of the original answering again (copy stats %+v)", c.Stats().Copies)
+		}
+		v, err := rdb.Get(ctx, key).Result()
+		if err == nil {
+			if back.IsZero() {
+				back = time.Now()
+			}
+			if v < last {
+				t.Fatalf("GET %d: %q after %q: reads went back in time", n, v, last)
+			}
+			last = v
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("original back %v after the failover, copy reads %v after that", back.Sub(start).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
+	for i := range 20 {
+		if v, err := rdb.Get(ctx, key).Result(); err != nil || v < last {
+			t.Fatalf("GET %d after the repair: %q, %v; want %q or later", i, v, err, last)
+		}
+	}
+	if st := c.Stats(); st.Plan.Version != version || st.Copies.Repairs != 1 {
+		t.Errorf("plan version %d, copy stats %+v; want version %d and 1 repair", st.Plan.Version, st.Copies, version)
+	}
+}
