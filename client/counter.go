@@ -161,8 +161,9 @@ type Counter struct {
 	// Get sees each sum in exactly one place.
 	flushMu sync.RWMutex
 
-	listMu sync.Mutex           // guards listed
-	listed map[string]time.Time // sub-counter → until when Add may increment it without listing it again (Client clock)
+	listMu     sync.Mutex           // guards listed and listFailed
+	listed     map[string]time.Time // sub-counter → until when Add may increment it without listing it again (Client clock)
+	listFailed map[string]time.Time // key → until when Add increments the key itself without trying to list (listRetry)
 
 	shardedMu sync.Mutex // guards shardedKeys
 	// shardedKeys: the keys with a sharded_counter entry in this client's plan
@@ -194,7 +195,6 @@ type Counter struct {
 type shardedKey struct {
 	until time.Time       // Client clock: the end of the last entry's lease plus two leases
 	subs  []mitigate.Node // every sub-counter those entries named; read-only once set
-	list  string          // the key's list of sub-counters (subCounterList)
 }
 
 // counterStripe holds the pending sums of the keys that hash to it.
@@ -216,7 +216,7 @@ type batch struct {
 }
 
 func newCounter(c *Client) *Counter {
-	k := &Counter{c: c, listed: make(map[string]time.Time), shardedKeys: make(map[string]*shardedKey),
+	k := &Counter{c: c, listed: make(map[string]time.Time), listFailed: make(map[string]time.Time), shardedKeys: make(map[string]*shardedKey),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range k.stripes {
 		k.stripes[i].pending = make(map[string]*batch)
@@ -343,50 +343,12 @@ func (k *Counter) read(ctx context.Context, key string) (int64, error) {
 		}
 		return v, nil
 	}
-	var v int64
-	var err error
-	if subs, list, ok := k.recentSubs(key, now); ok {
-		v, err = k.readUnion(internal(ctx), key, list, subs)
-	} else {
-		v, err = mitigate.ReadListedCounter(internal(ctx), c.rdb, key)
-	}
+	// The sub-counters this process knows of are read too, listed or not: a listing lost
+	// on the key's node (a failover before it replicated) hides none of their increments.
+	subs, _ := k.recentSubs(key, now)
+	v, err := mitigate.ReadListedCounter(internal(ctx), c.rdb, key, subs...)
 	c.reporter.sample(key, sampler.OpRead)
 	return v, err
-}
-
-// readListed reads a counter key and its list of sub-counters in one step, as
-// mitigate.ReadListedCounter does. KEYS: key, its list. Reply: {value or "", members}.
-var readListed = redis.NewScript(`
-return {redis.call('GET', KEYS[1]) or '', redis.call('SMEMBERS', KEYS[2])}`)
-
-// readUnion is mitigate.ReadListedCounter for a key whose sharded_counter entries this
-// process knows (subs): it reads the sub-counters listed and those in subs, so that a
-// listing lost on the key's node (a failover before its SADD replicated) cannot hide
-// the increments of sub-counters the plan named. The list comes with the key, in the
-// same round trip as ReadListedCounter's; then, as there, mitigate.ReadCounter reads
-// the sub-counters (one round trip to each node, in parallel) between two more round
-// trips to the key's node, even when nothing is listed.
-func (k *Counter) readUnion(ctx context.Context, key, list string, subs []mitigate.Node) (int64, error) {
-	reply, err := readListed.Run(ctx, k.c.rdb, []string{key, list}).Slice()
-	if err != nil {
-		return 0, fmt.Errorf("client: read counter %q: %w", key, err)
-	}
-	var listed []any
-	ok := len(reply) == 2
-	if ok {
-		listed, ok = reply[1].([]any)
-	}
-	if !ok {
-		return 0, fmt.Errorf("client: read counter %q: got %v from the key's node; want its value and its list", key, reply)
-	}
-	union := slices.Clone(subs)
-	for _, m := range listed {
-		name, _ := m.(string)
-		if !slices.ContainsFunc(union, func(n mitigate.Node) bool { return n.Name == name }) {
-			union = append(union, mitigate.Node{Name: name, Slot: mitigate.Slot(name)})
-		}
-	}
-	return mitigate.ReadCounter(ctx, k.c.rdb, key, union)
 }
 
 // overflows reports whether a + b wraps around an int64.
@@ -404,12 +366,19 @@ func (k *Counter) target(ctx context.Context, key string, e leasedEntry, now tim
 	sub := e.SubCounters[c.pick(len(e.SubCounters))].Name
 	k.listMu.Lock()
 	fresh := now.Before(k.listed[sub])
+	failed := now.Before(k.listFailed[key])
 	k.listMu.Unlock()
-	if fresh {
+	switch {
+	case fresh:
 		return sub
+	case failed:
+		return key
 	}
 	if err := mitigate.ListSubCounter(internal(ctx), c.rdb, key, sub); err != nil {
-		c.log.Debug("hotkeyd: listing a sub-counter failed; incrementing the key itself", "key", key, "sub", sub, "err", err)
+		c.log.Debug("hotkeyd: listing a sub-counter failed; incrementing the key itself", "key", key, "sub", sub, "err", err, "retry_in", listRetry)
+		k.listMu.Lock()
+		k.listFailed[key] = now.Add(listRetry)
+		k.listMu.Unlock()
 		return key
 	}
 	// Bound by the lease too: once it has run out, the executor may take sub off the
@@ -424,6 +393,11 @@ func (k *Counter) target(ctx context.Context, key string, e leasedEntry, now tim
 	k.listMu.Unlock()
 	return sub
 }
+
+// listRetry is how long Adds of a key whose sub-counter listing failed increment the
+// key itself before one tries to list again: a listing that waits for a lagging replica
+// takes up to mitigate.ReplicaWait, which every Add would otherwise pay.
+const listRetry = time.Second
 
 // onPlan runs when a new plan arrives: it forgets the listings of sub-counters the plan
 // does not use any more, so that an entry using them again lists them again.
@@ -442,7 +416,7 @@ func (k *Counter) onPlan(ix *planIndex) {
 			}
 			sk := k.shardedKeys[key]
 			if sk == nil {
-				sk = &shardedKey{list: subCounterList(key)}
+				sk = &shardedKey{}
 				k.shardedKeys[key] = sk
 			}
 			if until := e.until.Add(2 * mitigate.DefaultLease); until.After(sk.until) {
@@ -464,25 +438,26 @@ func (k *Counter) onPlan(ix *planIndex) {
 	k.shardedMu.Unlock()
 	k.listMu.Lock()
 	maps.DeleteFunc(k.listed, func(sub string, _ time.Time) bool { return !used[sub] })
+	maps.DeleteFunc(k.listFailed, func(_ string, until time.Time) bool { return !now.Before(until) })
 	k.listMu.Unlock()
 }
 
 // isSharded reports whether key had a sharded_counter entry recently (see shardedKeys).
 func (k *Counter) isSharded(key string, now time.Time) bool {
-	_, _, ok := k.recentSubs(key, now)
+	_, ok := k.recentSubs(key, now)
 	return ok
 }
 
-// recentSubs returns the sub-counters of key's recent sharded_counter entries and the
-// name of its list, and whether it had one (see shardedKeys).
-func (k *Counter) recentSubs(key string, now time.Time) (subs []mitigate.Node, list string, ok bool) {
+// recentSubs returns the sub-counters of key's recent sharded_counter entries, and
+// whether it had one (see shardedKeys).
+func (k *Counter) recentSubs(key string, now time.Time) (subs []mitigate.Node, ok bool) {
 	k.shardedMu.Lock()
 	defer k.shardedMu.Unlock()
 	sk := k.shardedKeys[key]
 	if sk == nil || !now.Before(sk.until) {
-		return nil, "", false
+		return nil, false
 	}
-	return sk.subs, sk.list, true
+	return sk.subs, true
 }
 
 // keyOp says what a command does to a whole key that the sub-counters of a sharded
@@ -914,20 +889,4 @@ func (k *Counter) close() error {
 		}
 	})
 	return k.closeErr
-}
-
-// subCounterList returns the name of key's list of sub-counters, as mitigate names it
-// (ListSubCounter, ReadListedCounter): "{hk:t<n>}subs:<key>", n the smallest number such
-// that "hk:t<n>" hashes to key's slot. mitigate does not export it; the Counter needs
-// it to read the list in the same round trip as the key when it knows sub-counters of
-// its own (see read). TestCounterLostListing checks that the two agree.
-func subCounterList(key string) string {
-	slot := mitigate.Slot(key)
-	buf := make([]byte, 0, 16)
-	for n := uint64(0); ; n++ {
-		buf = strconv.AppendUint(append(buf[:0], "hk:t"...), n, 10)
-		if mitigate.SlotBytes(buf) == slot {
-			return "{" + string(buf) + "}subs:" + key
-		}
-	}
 }

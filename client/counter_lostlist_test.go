@@ -32,9 +32,9 @@ func testCounterLostListing(t *testing.T, im impl) {
 	rdb, c := attach(t, im, ps, Options{Rand: seeded(9)})
 	other := "{" + key + "}other-sub" // a sub-counter listed by another process's entry
 	t.Cleanup(func() {
-		del(context.Background(), rdb, append([]string{key, other, subCounterList(key)}, nodeNames(subs)...)...)
+		del(context.Background(), rdb, append([]string{key, other, mitigate.SubCounterList(key)}, nodeNames(subs)...)...)
 	})
-	del(ctx, rdb, append([]string{key, other, subCounterList(key)}, nodeNames(subs)...)...)
+	del(ctx, rdb, append([]string{key, other, mitigate.SubCounterList(key)}, nodeNames(subs)...)...)
 	counter := c.Counter()
 	for range 60 {
 		if err := counter.Add(ctx, key, 1); err != nil {
@@ -49,11 +49,11 @@ func testCounterLostListing(t *testing.T, im impl) {
 	}
 	// The list names the sub-counters this client listed: the client's name for it is
 	// mitigate's.
-	if n := rdb.SCard(ctx, subCounterList(key)).Val(); n == 0 {
-		t.Fatalf("SCARD %s = 0 after sharded Adds; want the sub-counters listed there", subCounterList(key))
+	if n := rdb.SCard(ctx, mitigate.SubCounterList(key)).Val(); n == 0 {
+		t.Fatalf("SCARD %s = 0 after sharded Adds; want the sub-counters listed there", mitigate.SubCounterList(key))
 	}
 	// The listings are lost; another process's sub-counter is listed.
-	if err := rdb.Del(ctx, subCounterList(key)).Err(); err != nil {
+	if err := rdb.Del(ctx, mitigate.SubCounterList(key)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := mitigate.ListSubCounter(ctx, rdb, key, other); err != nil {

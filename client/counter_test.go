@@ -595,6 +595,28 @@ func TestCounterListFails(t *testing.T) {
 	if v, err := rdb.Get(ctx, key).Int64(); err != nil || v != 5 {
 		t.Errorf("GET %s: %d, %v; want 5, the Add that could not list its sub-counter", key, v, err)
 	}
+	// A listing that failed is not tried again by every Add (one that waits for a lagging
+	// replica takes up to mitigate.ReplicaWait): for listRetry, Adds increment the key.
+	scripts := func() int { return commandCalls(t, "evalsha", srv.Addr()) + commandCalls(t, "eval", srv.Addr()) }
+	before := scripts()
+	for range 3 {
+		if err := counter.Add(ctx, key, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := scripts() - before; n != 0 {
+		t.Errorf("%d listing scripts for 3 Adds right after a failed listing; want 0", n)
+	}
+	clock.Add(listRetry)
+	if err := counter.Add(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := scripts() - before; n != 1 {
+		t.Errorf("%d listing scripts after listRetry; want 1, the listing tried again", n)
+	}
+	if v, err := rdb.Get(ctx, key).Int64(); err != nil || v != 9 {
+		t.Errorf("GET %s: %d, %v; want 9, every Add on the key", key, v, err)
+	}
 }
 
 // TestCounterGetFromL1: with an L1 entry for the counter and no sharded_counter entry, Get

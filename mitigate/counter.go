@@ -79,6 +79,11 @@ func genName(key string) string { return slotTag(Slot(key)) + "gen:" + key }
 // listName lists the sub-counters that may hold part of key's value, in key's slot.
 func listName(key string) string { return slotTag(Slot(key)) + "subs:" + key }
 
+// SubCounterList returns the name of the set, in key's slot, that lists the sub-counters
+// which may hold part of the counter key's value (ListSubCounter): for operators and
+// tests; readers use ReadListedCounter.
+func SubCounterList(key string) string { return listName(key) }
+
 // listKey returns the key a list of sub-counters belongs to, and false for another name.
 func listKey(name string) (string, bool) { return ofTagged(name, "}subs:", listName) }
 
@@ -282,10 +287,12 @@ var ErrNotReplicated = errors.New("not known to be on every replica")
 const ListRenewal = DefaultLease / 2
 
 // ReadListedCounter returns the exact value of the logical counter key, reading the
-// sub-counters its writers listed (ListSubCounter): one round trip to the key's node when
-// none is listed, ReadCounter's cost otherwise. Unlike ReadCounter it needs no plan: any
-// process may call it, at any time.
-func ReadListedCounter(ctx context.Context, rdb Redis, key string) (int64, error) {
+// sub-counters its writers listed (ListSubCounter) and those in known: one round trip to
+// the key's node when there are none, ReadCounter's cost otherwise. Unlike ReadCounter it
+// needs no plan: any process may call it, at any time. A process that holds the plan
+// passes the sub-counters its entries named as known, so that a listing lost on the key's
+// node (a failover before it replicated) cannot hide their increments from it.
+func ReadListedCounter(ctx context.Context, rdb Redis, key string, known ...Node) (int64, error) {
 	reply, err := readListed.run(ctx, rdb, []string{key, listName(key)}).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("mitigate: read counter %q: %w", key, err)
@@ -298,16 +305,19 @@ func ReadListedCounter(ctx context.Context, rdb Redis, key string) (int64, error
 	if !ok {
 		return 0, fmt.Errorf("mitigate: read counter %q: got %v from the key's node; want its value and its list", key, reply)
 	}
-	if len(listed) == 0 {
+	if len(listed) == 0 && len(known) == 0 {
 		v, err := parseCount(reply[0])
 		if err != nil {
 			return 0, fmt.Errorf("mitigate: read counter %q: %w", key, err)
 		}
 		return v, nil
 	}
-	subs := make([]Node, len(listed))
-	for i, m := range listed {
-		subs[i] = Node{Name: str(m), Slot: Slot(str(m))}
+	subs := slices.Clip(known)
+	for _, m := range listed {
+		name := str(m)
+		if !slices.ContainsFunc(known, func(n Node) bool { return n.Name == name }) {
+			subs = append(subs, Node{Name: name, Slot: Slot(name)})
+		}
 	}
 	return ReadCounter(ctx, rdb, key, subs)
 }
