@@ -172,10 +172,12 @@ func TestRegistryPostAtDocumentedLimits(t *testing.T) {
 	if w := do(t, h, "POST", "/v1/registry", body); w.Code != http.StatusCreated {
 		t.Fatalf("POST of a %d-byte event within the documented limits: %d %.200s; want 201", len(body), w.Code, w.Body)
 	}
+	fs.Close() // the agent stops
 	again, err := registry.OpenFile(path, registry.FileOptions{})
 	if err != nil {
 		t.Fatalf("restart: %v", err)
 	}
+	defer again.Close()
 	if got, err := again.Get(context.Background(), "big"); err != nil || len(got.Patterns) != registry.MaxPatterns {
 		t.Errorf("after a restart, Get(big) has %d patterns, %v; want %d", len(got.Patterns), err, registry.MaxPatterns)
 	}

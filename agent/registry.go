@@ -31,7 +31,16 @@ type events struct {
 	partial   bool           // the index left out stored events that could not be read
 	checked   time.Time      // last time the store version was read
 	lastError string         // last index error logged, to log each once
+
+	// Failures to read the store's version (Redis down) are logged at the first, then
+	// once a minute, and their end once.
+	failingSince time.Time // first failure of the current run of them; zero while reads succeed
+	failLogged   time.Time // when one was last logged
+	failures     int       // failures since failLogged
 }
+
+// versionLogEvery is how often a registry whose version cannot be read is logged again.
+const versionLogEvery = time.Minute
 
 // checkRegistry has the index rebuilt if the store changed (refreshIndex): in the
 // background while the evaluation loop runs, so that a registry in a Redis that hangs —
@@ -76,15 +85,34 @@ func (a *Agent) refreshIndex(ctx context.Context, now time.Time) {
 	defer cancel()
 	v, err := ev.store.Version(ctx)
 	if err != nil {
-		a.log.Warn("registry: reading the version", "err", err)
+		ev.failures++
+		switch {
+		case ev.failingSince.IsZero():
+			ev.failingSince, ev.failLogged, ev.failures = now, now, 0
+			a.log.Warn("registry: reading the version; keeping the events armed, retrying every second (logged again once a minute)", "err", err)
+		case now.Sub(ev.failLogged) >= versionLogEvery:
+			a.log.Warn("registry: reading the version still fails; keeping the events armed", "err", err,
+				"failing_for", now.Sub(ev.failingSince).Round(time.Second), "failures", ev.failures)
+			ev.failLogged, ev.failures = now, 0
+		}
 		return
+	}
+	if !ev.failingSince.IsZero() {
+		a.log.Info("registry: the version reads again", "failed_for", now.Sub(ev.failingSince).Round(time.Second))
+		ev.failingSince = time.Time{}
 	}
 	if v == ev.version && ev.loaded && !ev.partial {
 		return
 	}
 	list, err := ev.store.List(ctx)
 	partial := errors.Is(err, registry.ErrUnreadable)
-	if err == nil || partial {
+	if v == 0 && len(list) == 0 && ev.loaded && ev.version != 0 && a.index.Load().Len() > 0 {
+		// No change brings a version back to 0: the store lost its data (a Redis that
+		// restarted empty). Disarming every event on that would be the worst answer;
+		// the store restores what it can (registry.Mirror), and a later version is read.
+		err = fmt.Errorf("the registry is empty at version 0, having been at version %d: its store lost its data (Redis restarted without persistence, or failed over to an empty replica); keeping the %d events armed until it holds a registry again", ev.version, a.index.Load().Len())
+		partial = false
+	} else if err == nil || partial {
 		x, ierr := registry.NewIndex(list, registry.IndexOptions{CoolDown: a.coolDown()})
 		if ierr == nil {
 			a.index.Store(x)
@@ -326,8 +354,10 @@ func (a *Agent) decodeEvent(w http.ResponseWriter, r *http.Request) (registry.Ev
 func writeRegistryError(w http.ResponseWriter, err error) {
 	code := http.StatusServiceUnavailable
 	switch {
-	case errors.Is(err, registry.ErrInvalid):
+	case errors.Is(err, registry.ErrInvalid), errors.Is(err, registry.ErrFull):
 		code = http.StatusBadRequest
+	case errors.Is(err, registry.ErrUnreadable):
+		code = http.StatusInternalServerError
 	case errors.Is(err, registry.ErrNotFound):
 		code = http.StatusNotFound
 	case errors.Is(err, registry.ErrExists), errors.Is(err, registry.ErrReadOnly):

@@ -409,6 +409,16 @@ func compile(e *Event, locs map[string]*time.Location) (*compiled, error) {
 	if loc == nil {
 		loc = time.UTC
 	}
+	if timesOK && rec.kind != once {
+		// A recurrence follows the zone's wall clock from start's: an offset that is not
+		// the zone's at that date (a winter offset in summer) moves every occurrence in
+		// silence. end is only an instant (end − start is each occurrence's length, which
+		// may span a change), so its offset may be any.
+		if msg := offsetProblem(e.Start, loc); msg != "" {
+			add("start", "%s", msg)
+			timesOK = false
+		}
+	}
 	if timesOK {
 		s, err := newSchedule(e.Start, e.End, lead, rec, loc)
 		if err != nil {

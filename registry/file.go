@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -19,9 +21,19 @@ import (
 // rewritten whole and atomically on every change: the new document goes to a temporary
 // file in the same directory (with the old one's permissions; 0600 for a new document),
 // which is synced, renamed over the old one, and the directory synced. A crash at any
-// point leaves either the old document or the new one, never a mix. The store owns the
-// file while it runs: edits made by hand are not seen until it is opened again, and are
-// lost at its next write.
+// point leaves either the old document or the new one, never a mix.
+//
+// The store owns the file while it runs: it holds an exclusive lock (flock) on a sibling
+// file, the document's name with ".lock" added, from OpenFile to Close, so that a second
+// store on the same document (another agent) fails to open instead of losing the first
+// one's writes. The kernel releases the lock when the process ends, however it ends.
+// Edits made by hand are not seen until the file is opened again, and are lost at its
+// next write.
+//
+// An event of the document that cannot be read (written by hand, or by another version
+// of hotkeyd) does not stop the others: List returns the readable ones with an error
+// (ErrUnreadable) naming each bad one, and the bad ones are written back untouched at
+// every change until a Put or Delete of their id replaces or removes them.
 type FileStore struct {
 	path string
 
@@ -29,8 +41,18 @@ type FileStore struct {
 	// synced and before it is renamed.
 	afterTemp func(tmp string)
 
-	mu  sync.Mutex // serializes changes, so that each is written whole before the next starts
-	mem *Memory    // the events as last written; its own mutex guards its maps for readers
+	mu     sync.Mutex // serializes changes, so that each is written whole before the next starts; guards lock and closed
+	lock   *os.File   // the lock file, holding the flock until Close; nil when none could be taken
+	closed bool       // Close was called: changes fail
+	mem    *Memory    // the events as last written; its own mutex guards its maps, and bad, for readers
+	bad    []badEvent // the events of the document that cannot be read, in its order; replaced, never changed in place
+}
+
+// badEvent is an event of the document that cannot be read, kept as it is in the file.
+type badEvent struct {
+	raw json.RawMessage
+	id  string // its "id", when one can be read
+	err string // what is wrong, naming the event
 }
 
 // FileOptions configure a FileStore. The zero value works.
@@ -49,12 +71,27 @@ type fileDoc struct {
 // (os.CreateTemp replaces the '*').
 func tempPattern(path string) string { return filepath.Base(path) + ".tmp-*" }
 
-// OpenFile opens the store kept at path. A missing file is an empty store (the file is
-// created at the first change); a file that does not hold a valid document is an error
-// naming the event and field. Temporary files left by a crash are removed.
+// OpenFile opens the store kept at path and takes its lock (see FileStore); Close releases
+// it. A missing file is an empty store (the file is created at the first change). A file
+// that is not a registry document at all (not JSON, not {"version":N,"events":[…]}, more
+// data after it) is an error naming the file and where it goes wrong: nothing in it can
+// be trusted, and rewriting it would lose it. An event in it that cannot be read is not:
+// see FileStore. Temporary files left by a crash are removed.
 func OpenFile(path string, o FileOptions) (*FileStore, error) {
 	s := &FileStore{path: path, mem: NewMemory(MemoryOptions(o))}
-	// Not filepath.Glob: the document's name may hold glob characters ("[prod]").
+	lock, err := lockFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+	// Not filepath.Glob: the document's name may hold glob characters ("[prod]"). Only
+	// with the lock held: another store's temporary file is its write in progress.
 	dir, prefix := filepath.Dir(path), filepath.Base(path)+".tmp-"
 	if ents, err := os.ReadDir(dir); err == nil {
 		for _, ent := range ents {
@@ -65,12 +102,14 @@ func OpenFile(path string, o FileOptions) (*FileStore, error) {
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
+		ok = true
 		return s, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
+		ok = true
 		return s, nil
 	}
 	var doc fileDoc
@@ -95,16 +134,48 @@ func OpenFile(path string, o FileOptions) (*FileStore, error) {
 		if err == nil && e.ID == "" {
 			err = invalid("", "id", "required in a stored event")
 		}
-		if err != nil {
-			return nil, fmt.Errorf("registry: %s: events[%d]: %w", path, i, err)
+		if _, dup := s.mem.events[e.ID]; err == nil && dup {
+			err = invalid(e.ID, "id", "%q is used by two events", e.ID)
 		}
-		if _, dup := s.mem.events[e.ID]; dup {
-			return nil, fmt.Errorf("registry: %s: events[%d]: %w", path, i, invalid(e.ID, "id", "%q is used by two events", e.ID))
+		if err != nil {
+			b := badEvent{raw: raw, id: rawID(raw)}
+			b.err = fmt.Sprintf("events[%d]: %v", i, err)
+			if b.id != "" && !strings.Contains(err.Error(), strconv.Quote(b.id)) {
+				b.err = fmt.Sprintf("events[%d] (id %q): %v", i, b.id, err)
+			}
+			s.bad = append(s.bad, b)
+			continue
 		}
 		s.mem.events[e.ID] = e
 	}
 	s.mem.version = doc.Version
+	ok = true
 	return s, nil
+}
+
+// rawID returns the "id" of an event that cannot be read, when it has one that can.
+func rawID(raw json.RawMessage) string {
+	var v struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(raw, &v) != nil || !validID(v.ID) {
+		return ""
+	}
+	return v.ID
+}
+
+// Close releases the store's lock on the file: another store (another agent) may then
+// open it. The store must not be changed after Close. Calling it again does nothing.
+func (s *FileStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.lock == nil {
+		return nil
+	}
+	err := unlockFile(s.lock)
+	s.lock = nil
+	return err
 }
 
 // docError says where an encoding/json error in a document of size bytes is: at which
@@ -129,14 +200,53 @@ func docError(err error, size int) string {
 // Path returns the document's path.
 func (s *FileStore) Path() string { return s.path }
 
-// List implements Store.
-func (s *FileStore) List(ctx context.Context) ([]Event, error) { return s.mem.List(ctx) }
+// List implements Store. When the document holds events that cannot be read, it returns
+// the others with an error wrapping ErrUnreadable that names the file and each bad one.
+func (s *FileStore) List(context.Context) ([]Event, error) {
+	s.mem.mu.Lock()
+	out, bad := sortedEvents(s.mem.events), s.bad
+	s.mem.mu.Unlock()
+	if len(bad) == 0 {
+		return out, nil
+	}
+	msgs := make([]string, len(bad))
+	for i, b := range bad {
+		msgs[i] = b.err
+	}
+	return out, fmt.Errorf("registry: %s: %w (%d; fix or delete them, with PUT or DELETE /v1/registry/{id}, or by hand while no agent runs on the file): %s",
+		s.path, ErrUnreadable, len(bad), strings.Join(msgs, "; "))
+}
 
-// Get implements Store.
-func (s *FileStore) Get(ctx context.Context, id string) (Event, error) { return s.mem.Get(ctx, id) }
+// Get implements Store. An event of the document that cannot be read is an error saying why.
+func (s *FileStore) Get(ctx context.Context, id string) (Event, error) {
+	e, err := s.mem.Get(ctx, id)
+	if !errors.Is(err, ErrNotFound) {
+		return e, err
+	}
+	s.mem.mu.Lock()
+	bad := s.bad
+	s.mem.mu.Unlock()
+	for _, b := range bad {
+		if b.id == id {
+			return Event{}, fmt.Errorf("registry: %s: %s: %w", s.path, b.err, ErrUnreadable)
+		}
+	}
+	return Event{}, err
+}
 
 // Version implements Store. It is kept in the document, so it survives restarts.
 func (s *FileStore) Version(ctx context.Context) (uint64, error) { return s.mem.Version(ctx) }
+
+// badID reports whether id names an event of the document that cannot be read. s.mu must
+// be held.
+func (s *FileStore) badID(id string) bool {
+	for _, b := range s.bad {
+		if b.id == id {
+			return true
+		}
+	}
+	return false
+}
 
 // Create implements Store.
 func (s *FileStore) Create(_ context.Context, e Event) (Event, error) {
@@ -146,14 +256,24 @@ func (s *FileStore) Create(_ context.Context, e Event) (Event, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err = s.change(func(m *Memory) error { return m.createLocked(&e) })
+	if e.ID != "" && s.badID(e.ID) {
+		return Event{}, fmt.Errorf("registry: event %q (unreadable, in %s): %w", e.ID, s.path, ErrExists)
+	}
+	err = s.change(func(m *Memory) error {
+		if _, taken := m.events[e.ID]; !taken {
+			if err := roomFor(len(m.events) + len(s.bad)); err != nil {
+				return err
+			}
+		}
+		return m.createLocked(&e)
+	})
 	if err != nil {
 		return Event{}, err
 	}
 	return clone(e), nil
 }
 
-// Put implements Store.
+// Put implements Store. It replaces an event of the document that cannot be read, too.
 func (s *FileStore) Put(_ context.Context, e Event) (Event, bool, error) {
 	e, err := prepare(e, true)
 	if err != nil {
@@ -164,34 +284,69 @@ func (s *FileStore) Put(_ context.Context, e Event) (Event, bool, error) {
 	created := false
 	err = s.change(func(m *Memory) error {
 		_, existed := m.events[e.ID]
-		created = !existed
+		created = !existed && !s.badID(e.ID)
+		if created {
+			if err := roomFor(len(m.events) + len(s.bad)); err != nil {
+				return err
+			}
+		}
 		m.events[e.ID] = e
 		m.version++
 		return nil
-	})
+	}, e.ID)
 	if err != nil {
 		return Event{}, false, err
 	}
 	return clone(e), created, nil
 }
 
-// Delete implements Store.
+// Delete implements Store. It removes an event of the document that cannot be read, too.
 func (s *FileStore) Delete(_ context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.change(func(m *Memory) error {
-		if _, ok := m.events[id]; !ok {
+		if _, ok := m.events[id]; !ok && !s.badID(id) {
 			return fmt.Errorf("registry: event %q: %w", id, ErrNotFound)
 		}
 		delete(m.events, id)
 		m.version++
 		return nil
-	})
+	}, id)
+}
+
+// Replace makes events the store's events, in one write, and raises its version: an
+// agent keeps in its file its copy of a registry shared through Redis (see Mirror).
+// Events of the document that cannot be read are kept, unless an event of the same id
+// replaces them.
+func (s *FileStore) Replace(_ context.Context, events []Event) error {
+	m := make(map[string]Event, len(events))
+	for _, e := range events {
+		e, err := prepare(e, true)
+		if err != nil {
+			return err
+		}
+		m[e.ID] = e
+	}
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.change(func(next *Memory) error {
+		next.events = m
+		next.version++
+		return nil
+	}, ids...)
 }
 
 // change applies fn to a copy of the state, writes the result, and only then makes it
-// the state: when the write fails, nothing changed. s.mu must be held.
-func (s *FileStore) change(fn func(*Memory) error) error {
+// the state: when the write fails, nothing changed. The events of the document that
+// cannot be read and whose id is among drop go. s.mu must be held.
+func (s *FileStore) change(fn func(*Memory) error, drop ...string) error {
+	if s.closed {
+		return fmt.Errorf("registry: %s: the store is closed (the agent is stopping)", s.path)
+	}
 	s.mem.mu.Lock()
 	next := &Memory{rnd: s.mem.rnd, events: make(map[string]Event, len(s.mem.events)+1), version: s.mem.version}
 	for id, e := range s.mem.events {
@@ -201,21 +356,36 @@ func (s *FileStore) change(fn func(*Memory) error) error {
 	if err := fn(next); err != nil {
 		return err
 	}
-	if err := s.write(next); err != nil {
+	bad := s.bad
+	if len(drop) > 0 && len(bad) > 0 {
+		bad = slices.DeleteFunc(slices.Clone(bad), func(b badEvent) bool { return b.id != "" && slices.Contains(drop, b.id) })
+	}
+	if err := s.write(next, bad); err != nil {
 		return err
 	}
 	s.mem.mu.Lock()
-	s.mem.events, s.mem.version = next.events, next.version
+	s.mem.events, s.mem.version, s.bad = next.events, next.version, bad
 	s.mem.mu.Unlock()
 	return nil
 }
 
-// write replaces the document atomically with m's events.
-func (s *FileStore) write(m *Memory) error {
+// write replaces the document atomically with m's events, then the events that cannot
+// be read (bad), as they were.
+func (s *FileStore) write(m *Memory, bad []badEvent) error {
 	doc := struct {
-		Version uint64  `json:"version"`
-		Events  []Event `json:"events"`
-	}{m.version, sortedEvents(m.events)}
+		Version uint64            `json:"version"`
+		Events  []json.RawMessage `json:"events"`
+	}{m.version, make([]json.RawMessage, 0, len(m.events)+len(bad))}
+	for _, e := range sortedEvents(m.events) {
+		data, err := encodeEvent(e)
+		if err != nil {
+			return err
+		}
+		doc.Events = append(doc.Events, json.RawMessage(data))
+	}
+	for _, b := range bad {
+		doc.Events = append(doc.Events, b.raw)
+	}
 	var buf bytes.Buffer
 	enc := jsonEncoder(&buf) // keys and notes keep their < > &, as the Redis store does
 	enc.SetIndent("", "  ")

@@ -13,9 +13,10 @@ import (
 // FuzzOpenFile writes random bytes as the document of a FileStore and opens it. OpenFile
 // must never panic. An error names the file and where the document is wrong: an event
 // (events[i]), a field, or a byte offset; the file is left as it was, and nothing else is
-// left in its directory. An accepted document holds as many events as the file, each
-// valid; written again by the store's own writer and reopened, it gives the same version
-// and the same events.
+// left in its directory but the lock file. An accepted document holds as many events as
+// the file, each valid, readable or listed as unreadable; written again by the store's
+// own writer and reopened, it gives the same version, the same events and the same
+// unreadable ones.
 //
 // OpenFile always makes a new store (the agent opens the file once, at start), so there
 // are no events already in a store for a rejected file to destroy: the file itself is
@@ -70,16 +71,17 @@ func FuzzOpenFile(f *testing.F) {
 			if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("OpenFile(%q) failed and changed the file: now %q (%v)", data, got, err)
 			}
-			if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-				t.Fatalf("OpenFile(%q) failed and left %d files in the directory; want only the document", data, len(ents))
+			if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+				t.Fatalf("OpenFile(%q) failed and left %d files in the directory; want only the document and its lock", data, len(ents))
 			}
 			return
 		}
+		defer s.Close()
 		var doc struct{ Events []json.RawMessage }
 		_ = json.Unmarshal(data, &doc) // the loader accepted it: one JSON document
 		events, _ := s.List(ctx)
-		if len(events) != len(doc.Events) {
-			t.Fatalf("OpenFile(%q) holds %d events; the file has %d", data, len(events), len(doc.Events))
+		if len(events)+len(s.bad) != len(doc.Events) {
+			t.Fatalf("OpenFile(%q) holds %d events and %d unreadable; the file has %d", data, len(events), len(s.bad), len(doc.Events))
 		}
 		for _, e := range events {
 			if err := e.Validate(); err != nil {
@@ -90,18 +92,24 @@ func FuzzOpenFile(f *testing.F) {
 
 		// What the store writes, it reads back the same.
 		s.mu.Lock()
-		err = s.write(s.mem)
+		err = s.write(s.mem, s.bad)
 		s.mu.Unlock()
 		if err != nil {
 			t.Fatalf("writing the events of %q: %v", data, err)
 		}
 		written, _ := os.ReadFile(path)
+		bad := len(s.bad)
+		s.Close()
 		again, err := OpenFile(path, FileOptions{})
 		if err != nil {
 			t.Fatalf("OpenFile(%q) accepted; the store wrote\n%s\nwhich it cannot reopen: %v", data, written, err)
 		}
+		defer again.Close()
 		v2, _ := again.Version(ctx)
 		events2, _ := again.List(ctx)
+		if len(again.bad) != bad {
+			t.Fatalf("round trip of %q through\n%s\ngave %d unreadable events; want %d", data, written, len(again.bad), bad)
+		}
 		if v2 != version || len(events2) != len(events) {
 			t.Fatalf("round trip of %q through\n%s\ngave version %d and %d events; want %d and %d", data, written, v2, len(events2), version, len(events))
 		}

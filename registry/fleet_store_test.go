@@ -182,6 +182,7 @@ func TestFileStoreReopensEventAtLimits(t *testing.T) {
 	if _, err := s.Create(ctx, testEvent("small")); err != nil {
 		t.Fatal(err)
 	}
+	s.Close()
 	s2, err := OpenFile(path, FileOptions{})
 	if err != nil {
 		t.Fatalf("reopening the file after storing an event at the limits: %v", err)
@@ -266,6 +267,7 @@ func TestStoresReopenWhatTheyAccept(t *testing.T) {
 			}
 		}
 	}
+	fs.Close()
 	fs2, err := OpenFile(path, FileOptions{})
 	if err != nil {
 		t.Fatalf("reopening the file: %v", err)

@@ -91,16 +91,23 @@ end
 `
 
 var (
-	// createScript: HSETNX, forget a deletion, bump; -1 when the id is taken.
-	createScript = redis.NewScript(bumpLua + `if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return -1 end
+	// createScript: HSETNX, forget a deletion, bump; -1 when the id is taken, -3 when the
+	// hash holds ARGV[5] (MaxEvents) events.
+	createScript = redis.NewScript(bumpLua + `if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return -1 end
+if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[5]) then return -3 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HDEL', KEYS[3], ARGV[1])
 return bump(ARGV[3], ARGV[4])`)
 	// seedScript: like createScript, but -2 when the id was deleted.
 	seedScript = redis.NewScript(bumpLua + `if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -2 end
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return -1 end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return -1 end
+if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[5]) then return -3 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return bump(ARGV[3], ARGV[4])`)
-	// putScript: HSET, forget a deletion, bump; returns 1 when the field is new.
-	putScript = redis.NewScript(bumpLua + `local n = redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+	// putScript: HSET, forget a deletion, bump; returns 1 when the field is new, -3 when
+	// it is new and the hash holds ARGV[5] events.
+	putScript = redis.NewScript(bumpLua + `if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[5]) then return -3 end
+local n = redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HDEL', KEYS[3], ARGV[1])
 bump(ARGV[3], ARGV[4])
 return n`)
@@ -108,6 +115,17 @@ return n`)
 	deleteScript = redis.NewScript(bumpLua + `if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return -1 end
 redis.call('HSET', KEYS[3], ARGV[1], '1')
 return bump(ARGV[2], ARGV[3])`)
+	// restoreScript: only when the version counter is missing (Redis lost the registry),
+	// HSETNX each id ARGV[3], ARGV[5], … with its JSON ARGV[4], ARGV[6], … unless it was
+	// deleted, and bump (floor ARGV[1], step ARGV[2]); returns how many it stored, or -1
+	// when the counter exists (another agent restored first, or nothing was lost).
+	restoreScript = redis.NewScript(bumpLua + `if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+local n = 0
+for i = 3, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 and redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i+1]) == 1 then n = n + 1 end
+end
+bump(ARGV[1], ARGV[2])
+return n`)
 )
 
 // keys returns the scripts' KEYS.
@@ -147,6 +165,12 @@ func (s *RedisStore) List(ctx context.Context) ([]Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry: redis: HGETALL %s: %w", s.events, err)
 	}
+	return s.decodeAll(all)
+}
+
+// decodeAll reads the events of the hash's fields (id → JSON), sorted by id; those it
+// cannot read are named in an error wrapping ErrUnreadable.
+func (s *RedisStore) decodeAll(all map[string]string) ([]Event, error) {
 	out := make([]Event, 0, len(all))
 	var bad []string
 	for id, data := range all {
@@ -198,9 +222,12 @@ func (s *RedisStore) Create(ctx context.Context, e Event) (Event, error) {
 		if err != nil {
 			return Event{}, err
 		}
-		n, err := createScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor(), s.step()).Int64()
+		n, err := createScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor(), s.step(), MaxEvents).Int64()
 		if err != nil {
 			return Event{}, fmt.Errorf("registry: redis: creating event %q: %w", e.ID, err)
+		}
+		if n == -3 {
+			return Event{}, s.full(ctx)
 		}
 		if n >= 0 {
 			return e, nil
@@ -222,9 +249,12 @@ func (s *RedisStore) Put(ctx context.Context, e Event) (Event, bool, error) {
 	if err != nil {
 		return Event{}, false, err
 	}
-	n, err := putScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor(), s.step()).Int64()
+	n, err := putScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor(), s.step(), MaxEvents).Int64()
 	if err != nil {
 		return Event{}, false, fmt.Errorf("registry: redis: storing event %q: %w", e.ID, err)
+	}
+	if n == -3 {
+		return Event{}, false, s.full(ctx)
 	}
 	return e, n == 1, nil
 }
@@ -255,11 +285,68 @@ func (s *RedisStore) seed(ctx context.Context, e Event) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n, err := seedScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor(), s.step()).Int64()
+	n, err := seedScript.Run(ctx, s.rdb, s.keys(), e.ID, data, s.floor(), s.step(), MaxEvents).Int64()
 	if err != nil {
 		return false, fmt.Errorf("registry: redis: seeding event %q: %w", e.ID, err)
 	}
+	if n == -3 {
+		return false, fmt.Errorf("registry: redis: seeding event %q: %w", e.ID, s.full(ctx))
+	}
 	return n >= 0, nil
+}
+
+// full returns the error of a change refused because the hash holds MaxEvents events.
+func (s *RedisStore) full(ctx context.Context) error {
+	n, err := s.rdb.HLen(ctx, s.events).Result()
+	if err != nil {
+		n = MaxEvents
+	}
+	return roomFor(int(n))
+}
+
+// snapshot returns the events and the version read together (MULTI/EXEC), so that the
+// events are those of the version. Like List, it returns the readable events with an
+// error wrapping ErrUnreadable when some cannot be read.
+func (s *RedisStore) snapshot(ctx context.Context) ([]Event, uint64, error) {
+	var get *redis.StringCmd
+	var all *redis.MapStringStringCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, s.version)
+		all = p.HGetAll(ctx, s.events)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, fmt.Errorf("registry: redis: reading %s and %s: %w", s.version, s.events, err)
+	}
+	v, err := get.Uint64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, fmt.Errorf("registry: redis: GET %s: %w", s.version, err)
+	}
+	events, err := s.decodeAll(all.Val())
+	return events, v, err
+}
+
+// restore writes events back into Redis when its version counter is missing (see
+// restoreScript), and returns how many it stored; restored is false when the counter
+// exists, and nothing was written.
+func (s *RedisStore) restore(ctx context.Context, events []Event) (n int, restored bool, err error) {
+	args := make([]any, 0, 2+2*len(events))
+	args = append(args, s.floor(), s.step())
+	for _, e := range events {
+		data, err := encodeEvent(e)
+		if err != nil {
+			return 0, false, err
+		}
+		args = append(args, e.ID, data)
+	}
+	r, err := restoreScript.Run(ctx, s.rdb, s.keys(), args...).Int64()
+	if err != nil {
+		return 0, false, fmt.Errorf("registry: redis: restoring %d events: %w", len(events), err)
+	}
+	if r < 0 {
+		return 0, false, nil
+	}
+	return int(r), true, nil
 }
 
 // Version implements Store: the counter's value, 0 before the first change.

@@ -120,6 +120,33 @@ type Schedule struct {
 	hour, minute, second, nsec int
 }
 
+// offsetProblem says what is wrong when t's UTC offset is not loc's at that instant, and
+// the value to write instead (the same wall clock with loc's offset); "" when they agree.
+func offsetProblem(t time.Time, loc *time.Location) string {
+	_, off := t.Zone()
+	there := t.In(loc)
+	name, zoff := there.Zone()
+	if off == zoff {
+		return ""
+	}
+	fixed := time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), loc)
+	return fmt.Sprintf("%s: the offset %s is not %s's on that date, which is %s (%s): that instant is %s there, and the recurrence follows %s's clock; write %s",
+		t.Format(time.RFC3339Nano), offset(off), loc, offset(zoff), name, there.Format("15:04:05"), loc, fixed.Format(time.RFC3339Nano))
+}
+
+// offset formats a UTC offset in seconds as RFC 3339 does: +02:00, -09:30, +00:00.
+func offset(sec int) string {
+	sign := '+'
+	if sec < 0 {
+		sign, sec = '-', -sec
+	}
+	s := fmt.Sprintf("%c%02d:%02d", sign, sec/3600, sec/60%60)
+	if sec%60 != 0 {
+		s += fmt.Sprintf(":%02d", sec%60)
+	}
+	return s
+}
+
 // newSchedule builds and checks the schedule of an event whose fields are known to be
 // individually valid.
 func newSchedule(start, end time.Time, lead time.Duration, rec recurrence, loc *time.Location) (*Schedule, error) {

@@ -442,3 +442,27 @@ func TestArmedPicksRunningOccurrence(t *testing.T) {
 		})
 	}
 }
+
+// TestRecurringStartOffset: a recurring event's start whose UTC offset is not the zone's
+// at that date (a winter offset in April) would move every occurrence by an hour; it is
+// refused with the offset given, the zone's, and the value to write.
+func TestRecurringStartOffset(t *testing.T) {
+	e := Event{ID: "w", Patterns: []string{"k"}, Recurrence: "weekly", Zone: "Europe/Berlin",
+		Start: mustTime(t, "2026-04-04T19:30:00+01:00"), End: mustTime(t, "2026-04-04T21:30:00+01:00")}
+	err := e.Validate()
+	for _, want := range []string{"start", "+01:00", "+02:00", "write 2026-04-04T19:30:00+02:00"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate(weekly, Europe/Berlin, start +01:00 in April) = %v; want an error with %q", err, want)
+		}
+	}
+	e.Start, e.End = mustTime(t, "2026-04-04T19:30:00+02:00"), mustTime(t, "2026-04-04T21:30:00+02:00")
+	if err := e.Validate(); err != nil {
+		t.Errorf("Validate with the zone's offset: %v", err)
+	}
+	// A one-off event's start is an instant: any offset.
+	e.Recurrence, e.Zone = "", ""
+	e.Start, e.End = mustTime(t, "2026-04-04T19:30:00+01:00"), mustTime(t, "2026-04-04T21:30:00+01:00")
+	if err := e.Validate(); err != nil {
+		t.Errorf("Validate of a one-off event with offset +01:00: %v", err)
+	}
+}

@@ -26,7 +26,25 @@ var (
 	// another version of hotkeyd). It returns the readable ones with this error, which
 	// names every unreadable event: one bad event does not hide the others.
 	ErrUnreadable = errors.New("unreadable stored events")
+	// ErrFull: a new event would pass MaxEvents (answer 400).
+	ErrFull = errors.New("the registry is full")
 )
+
+// MaxEvents is the most events a writable store holds: Create, and Put of a new id,
+// fail with ErrFull beyond it. The registry is written by people, ahead of what they
+// expect; a thousand events is more than a year of daily matches, sales and posts, and
+// bounds the work each change costs (a file store rewrites and syncs its whole document,
+// every agent lists them all and rebuilds its index) and the size of GET /v1/registry.
+// Stores opened with more (written by hand) keep them all.
+const MaxEvents = 1000
+
+// roomFor returns ErrFull when a store holding n events may not take another.
+func roomFor(n int) error {
+	if n < MaxEvents {
+		return nil
+	}
+	return fmt.Errorf("registry: %d events stored, at most %d allowed: %w; delete events that are over (DELETE /v1/registry/{id}) before adding more", n, MaxEvents, ErrFull)
+}
 
 // Store holds events by id. Every implementation validates what it is given, returns
 // copies (callers may modify what they get), lists events sorted by id, and is safe for
@@ -162,6 +180,9 @@ func (m *Memory) createLocked(e *Event) error {
 	} else if _, ok := m.events[e.ID]; ok {
 		return fmt.Errorf("registry: event %q: %w", e.ID, ErrExists)
 	}
+	if err := roomFor(len(m.events)); err != nil {
+		return err
+	}
 	m.events[e.ID] = *e
 	m.version++
 	return nil
@@ -190,6 +211,11 @@ func (m *Memory) Put(_ context.Context, e Event) (Event, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_, existed := m.events[e.ID]
+	if !existed {
+		if err := roomFor(len(m.events)); err != nil {
+			return Event{}, false, err
+		}
+	}
 	m.events[e.ID] = e
 	m.version++
 	return clone(e), !existed, nil
@@ -203,6 +229,23 @@ func (m *Memory) Delete(_ context.Context, id string) error {
 		return fmt.Errorf("registry: event %q: %w", id, ErrNotFound)
 	}
 	delete(m.events, id)
+	m.version++
+	return nil
+}
+
+// Replace makes events the store's events and raises its version: see Mirror.
+func (m *Memory) Replace(_ context.Context, events []Event) error {
+	next := make(map[string]Event, len(events))
+	for _, e := range events {
+		e, err := prepare(e, true)
+		if err != nil {
+			return err
+		}
+		next[e.ID] = e
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.events = next
 	m.version++
 	return nil
 }
@@ -293,6 +336,9 @@ type Merged struct {
 
 // Merge returns the merged view of a read-only store and a writable one.
 func Merge(static, rw Store) *Merged { return &Merged{static: static, rw: rw} }
+
+// Writable returns the writable store.
+func (m *Merged) Writable() Store { return m.rw }
 
 // List implements Store.
 func (m *Merged) List(ctx context.Context) ([]Event, error) {

@@ -308,6 +308,7 @@ func TestFileStoreReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, _ := s.Version(ctx)
+	s.Close()
 	s2, err := OpenFile(path, FileOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -320,11 +321,16 @@ func TestFileStoreReopen(t *testing.T) {
 		t.Errorf("version after reopening %d; want %d", v2, v)
 	}
 
-	// A corrupt document is an error naming what is wrong, not an empty registry.
+	// An invalid event is an error naming what is wrong, not an empty registry.
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	os.WriteFile(bad, []byte(`{"version":1,"events":[{"id":"x","patterns":["*"],"start":"2026-03-01T19:30:00Z","end":"2026-03-01T20:30:00Z"}]}`), 0o600)
-	if _, err := OpenFile(bad, FileOptions{}); err == nil || !strings.Contains(err.Error(), "events[0]") || !strings.Contains(err.Error(), "allow_broad") {
-		t.Errorf("OpenFile(invalid event) error %v; want one naming events[0] and allow_broad", err)
+	bs, err := OpenFile(bad, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	if _, err := bs.List(ctx); !errors.Is(err, ErrUnreadable) || !strings.Contains(err.Error(), "events[0]") || !strings.Contains(err.Error(), "allow_broad") {
+		t.Errorf("List of a file with an invalid event: %v; want ErrUnreadable naming events[0] and allow_broad", err)
 	}
 }
 
@@ -368,6 +374,7 @@ func TestFileStoreCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(path)
+	s.Close() // the child takes the lock, and is killed holding it: the kernel releases it
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFileStoreCrashChild$", "-test.v")
 	cmd.Env = append(os.Environ(), crashEnv+"="+path)

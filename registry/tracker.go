@@ -106,6 +106,11 @@ type Report struct {
 	// hot.
 	FirstHot           *time.Time `json:"first_hot,omitempty"`
 	FirstHotAfterStart *Duration  `json:"first_hot_after_start,omitempty"`
+	// ObservedSince is the first tick that fed the report: when this tracker (this
+	// agent, since its last start) began observing the occurrence. Later than ArmedFrom,
+	// the report covers only from then: the agent started, or restarted, while the event
+	// was armed, and its peaks, ratios and hot keys say nothing of the time before.
+	ObservedSince time.Time `json:"observed_since"`
 	// LastObserved is the last tick that fed the report.
 	LastObserved time.Time `json:"last_observed"`
 }
@@ -146,7 +151,7 @@ func (t *Tracker) Observe(now time.Time, x *Index, obs []Observation) int {
 	for _, a := range armed {
 		o := t.occ[a.Event.ID]
 		if o == nil || !o.r.Occurrence.Start.Equal(a.Window.Start) {
-			o = &occurrence{r: Report{ID: a.Event.ID, Occurrence: a.Window, HotKeys: []HotKey{}}, hotIdx: make(map[string]int)}
+			o = &occurrence{r: Report{ID: a.Event.ID, Occurrence: a.Window, HotKeys: []HotKey{}, ObservedSince: now}, hotIdx: make(map[string]int)}
 			t.occ[a.Event.ID] = o
 		}
 		// The same start after a change to the event (a PUT extending or shortening it)

@@ -170,3 +170,26 @@ func TestTrackerLongLead(t *testing.T) {
 	tr.Observe(at, x, obs(55000, true))
 	check(at, "running", next, 55000, 1)
 }
+
+// TestReportObservedSince: a tracker started mid-event (an agent restarted while the
+// event runs) reports from its first tick only, and says so: observed_since is that tick,
+// after armed_from, so that "observed 0" is not read as a missed prediction.
+func TestReportObservedSince(t *testing.T) {
+	x := newIndex(t, indexEvents(), 5*time.Minute)
+	start := indexEvents()[0].Start
+	tr, err := NewTracker(TrackerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Observe(start.Add(30*time.Minute), x, nil) // the first tick, half an hour into the match
+	tr.Observe(start.Add(31*time.Minute), x, nil)
+	r, ok := tr.Report("match42", start.Add(31*time.Minute))
+	if !ok {
+		t.Fatal("no report for match42")
+	}
+	j, _ := json.Marshal(r)
+	want := `"observed_since":"` + start.Add(30*time.Minute).Format(time.RFC3339) + `"`
+	if !strings.Contains(string(j), want) {
+		t.Errorf("report %s; want %s: the span it covers", j, want)
+	}
+}

@@ -13,59 +13,82 @@ import (
 )
 
 // eventStore opens the registry's store: the events of the config file (registry.events),
-// read-only, merged over the writable store of writableStore.
-func eventStore(ctx context.Context, cfg config.Config, log *slog.Logger) (registry.Store, error) {
-	rw, err := writableStore(ctx, cfg, log)
+// read-only, merged over the writable store of writableStore. Call closeStore when the
+// agent has stopped: it releases registry.file's lock.
+func eventStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ registry.Store, closeStore func(), err error) {
+	rw, closeStore, err := writableStore(ctx, cfg, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	defer func() {
+		if err != nil {
+			closeStore()
+		}
+	}()
 	if len(cfg.Registry.Events) == 0 {
-		return rw, nil
+		return rw, closeStore, nil
 	}
 	events := make([]registry.Event, 0, len(cfg.Registry.Events))
 	for i, ce := range cfg.Registry.Events {
 		// Load has validated the events; this decodes them as the API would.
 		data, err := ce.JSON()
 		if err != nil {
-			return nil, fmt.Errorf("registry.events[%d]: %w", i, err)
+			return nil, nil, fmt.Errorf("registry.events[%d]: %w", i, err)
 		}
 		e, err := registry.DecodeEvent(data)
 		if err != nil {
-			return nil, fmt.Errorf("registry.events[%d]: %w", i, err)
+			return nil, nil, fmt.Errorf("registry.events[%d]: %w", i, err)
 		}
 		events = append(events, e)
 	}
 	static, err := registry.NewStatic(events)
 	if err != nil {
-		return nil, fmt.Errorf("registry.events: %w", err)
+		return nil, nil, fmt.Errorf("registry.events: %w", err)
 	}
 	log.Info("registry: events from the config file, read-only", "events", len(events))
-	return registry.Merge(static, rw), nil
+	return registry.Merge(static, rw), closeStore, nil
+}
+
+// localStore is where an agent keeps its events: the file, or memory. With Redis, it
+// holds the agent's copy of the fleet's registry (registry.Mirror).
+type localStore interface {
+	registry.Store
+	Replace(ctx context.Context, events []registry.Event) error
 }
 
 // writableStore opens the store that the API writes to: Redis when addresses are
-// configured (seeded from the file, if any), else the file, else memory. When Redis does
-// not answer at start, the agent keeps its events in the file (or memory) and moves to
-// Redis, seeding it, once it answers.
-func writableStore(ctx context.Context, cfg config.Config, log *slog.Logger) (registry.Store, error) {
-	var file registry.Store
+// configured, else the file, else memory. With Redis, the file (or memory) keeps this
+// agent's copy of the fleet's registry: it seeds Redis at start, and restores it when
+// Redis is found to have lost it (registry.Mirror). When Redis does not answer at start,
+// the agent keeps its events in the file (or memory) and moves to Redis, seeding it, once
+// it answers. closeStore releases the file's lock.
+func writableStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ registry.Store, closeStore func(), err error) {
+	var local localStore
+	where := "memory (registry.file is empty)"
+	closeStore = func() {}
 	if cfg.Registry.File != "" {
 		f, err := registry.OpenFile(cfg.Registry.File, registry.FileOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("registry.file: %w", err)
+			return nil, nil, fmt.Errorf("registry.file: %w", err)
 		}
-		file = f
-	}
-	local := file
-	if local == nil {
+		local, where = f, "registry.file "+f.Path()
+		closeStore = func() {
+			if err := f.Close(); err != nil {
+				log.Warn("registry.file: releasing its lock", "file", f.Path(), "err", err)
+			}
+		}
+	} else {
 		local = registry.NewMemory(registry.MemoryOptions{})
 	}
 	if len(cfg.Redis.Addrs) == 0 {
-		return local, nil
+		return local, closeStore, nil
+	}
+	mirror := func(rs *registry.RedisStore) *registry.Mirror {
+		return registry.NewMirror(ctx, rs, local, registry.MirrorOptions{Logger: log, Where: where})
 	}
 	rs, err := redisStore(ctx, cfg, local, log)
 	if err == nil {
-		return rs, nil
+		return mirror(rs), closeStore, nil
 	}
 	log.Warn("registry: Redis unreachable at start; keeping events in the file (or memory) of this agent until it answers",
 		"err", err, "retry_every", redisRetry)
@@ -82,13 +105,35 @@ func writableStore(ctx context.Context, cfg config.Config, log *slog.Logger) (re
 			// Connected without holding the API's writes; seeded with them held, so that
 			// none lands in local after the seed read it.
 			if rs, err := openRedis(ctx, cfg); err == nil {
-				sw.Move(rs, func(from registry.Store) { seedRedis(ctx, cfg, rs, from, log) })
+				sw.Move(mirror(rs), func(from registry.Store) { seedRedis(ctx, cfg, rs, from, log) })
 				log.Info("registry: Redis answers; events live there from now on, shared by the fleet")
 				return
 			}
 		}
 	}()
-	return sw, nil
+	return sw, closeStore, nil
+}
+
+// storeKind names where the writable store of s keeps its events, for the log: "redis",
+// "file", "memory", or, while Redis has not answered since the start, "file until Redis
+// answers" (or memory).
+func storeKind(s registry.Store) string {
+	if m, ok := s.(*registry.Merged); ok {
+		s = m.Writable()
+	}
+	if sw, ok := s.(*registry.Switch); ok {
+		if _, moved := sw.Current().(*registry.Mirror); moved {
+			return "redis"
+		}
+		return storeKind(sw.Current()) + " until Redis answers"
+	}
+	switch s.(type) {
+	case *registry.Mirror, *registry.RedisStore:
+		return "redis"
+	case *registry.FileStore:
+		return "file"
+	}
+	return "memory"
 }
 
 // redisRetry is how often an agent whose Redis did not answer at start tries again to

@@ -22,10 +22,11 @@ func TestEventStoreRedisLaterWritesInFlight(t *testing.T) {
 	addr := freeAddr(t)
 	var cfg config.Config
 	cfg.Redis.Addrs = []string{addr}
-	store, err := writableStore(ctx, cfg, slog.New(slog.DiscardHandler))
+	store, closeStore, err := writableStore(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("writableStore: %v", err)
 	}
+	defer closeStore()
 	sw, ok := store.(*registry.Switch)
 	if !ok {
 		t.Fatalf("writableStore returned %T; want a *registry.Switch (Redis away)", store)
@@ -48,7 +49,7 @@ func TestEventStoreRedisLaterWritesInFlight(t *testing.T) {
 	redistest.StartAt(t, addr)
 	deadline := time.Now().Add(15 * time.Second)
 	for i := 0; ; i++ {
-		if _, moved := sw.Current().(*registry.RedisStore); moved {
+		if _, moved := sw.Current().(*registry.Mirror); moved {
 			break
 		}
 		if time.Now().After(deadline) {

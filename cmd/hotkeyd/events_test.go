@@ -49,10 +49,11 @@ registry:
 
 func TestEventStoreStaticEvents(t *testing.T) {
 	ctx := context.Background()
-	store, err := eventStore(ctx, staticConfig(t), slog.New(slog.DiscardHandler))
+	store, closeStore, err := eventStore(ctx, staticConfig(t), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("eventStore: %v", err)
 	}
+	defer closeStore()
 
 	events, err := store.List(ctx)
 	if err != nil {
@@ -101,10 +102,11 @@ func TestEventStoreStaticEvents(t *testing.T) {
 // file's event and answers 409 to DELETE and PUT of it.
 func TestEventStoreStaticOverHTTP(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	store, err := eventStore(context.Background(), staticConfig(t), log)
+	store, closeStore, err := eventStore(context.Background(), staticConfig(t), log)
 	if err != nil {
 		t.Fatalf("eventStore: %v", err)
 	}
+	defer closeStore()
 	a := agenttest.Run(t, agent.Options{Events: store})
 	ctx := context.Background()
 	url := "http://" + a.HTTPAddr().String() + "/v1/registry/final"
@@ -147,10 +149,11 @@ func TestEventStoreRedisLater(t *testing.T) {
 	addr := freeAddr(t)
 	cfg := staticConfig(t)
 	cfg.Redis.Addrs = []string{addr}
-	store, err := writableStore(ctx, cfg, slog.New(slog.DiscardHandler))
+	store, closeStore, err := writableStore(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("writableStore: %v", err)
 	}
+	defer closeStore()
 	mine, err := registry.DecodeEvent([]byte(`{"id":"local","patterns":["sale:1"],"start":"2026-12-01T12:00:00Z","end":"2026-12-01T13:00:00Z"}`))
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/hotkeyd/hotkeyd/registry"
 )
 
 const registryUsage = `Usage:
@@ -59,6 +61,7 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		ID                string   `json:"id,omitempty"`
 		Name              string   `json:"name,omitempty"`
 		Patterns          []string `json:"patterns,omitempty"`
+		AllowBroad        bool     `json:"allow_broad,omitempty"`
 		Start             string   `json:"start,omitempty"`
 		End               string   `json:"end,omitempty"`
 		Lead              string   `json:"lead,omitempty"`
@@ -75,6 +78,7 @@ func registryCmd(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		fs.StringVar(&ev.ID, "id", "", "event id (generated when empty)")
 		fs.StringVar(&ev.Name, "name", "", "event name")
 		fs.StringArrayVar(&ev.Patterns, "pattern", nil, "key pattern: exact, prefix:* or glob (repeat for more)")
+		fs.BoolVar(&ev.AllowBroad, "allow-broad", false, "allow patterns with no literal character (*, ?*, [a-z]*)")
 		fs.StringVar(&ev.Start, "start", "", "start, RFC 3339 with zone")
 		fs.StringVar(&ev.End, "end", "", "end, RFC 3339 with zone")
 		fs.StringVar(&ev.Lead, "lead", "", "arm this long before the start (Go duration)")
@@ -205,6 +209,11 @@ func terminalJSON(s string) string {
 	return b.String()
 }
 
+// maxReply bounds what the CLI reads of a reply: GET /v1/registry lists at most
+// registry.MaxEvents events of at most registry.MaxEventJSON bytes, plus the list's own
+// text and an "unreadable" message.
+const maxReply = registry.MaxEvents*registry.MaxEventJSON + 1<<20
+
 func (c *apiClient) do(ctx context.Context, method, u string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
@@ -221,9 +230,13 @@ func (c *apiClient) do(ctx context.Context, method, u string, body []byte, out a
 		return fmt.Errorf("agent unreachable: %w", err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxReply+1))
 	if err != nil {
-		return err
+		return fmt.Errorf("%s %s: the reply was cut after %d bytes (the agent stopped, or the connection broke): %w", method, u, len(b), err)
+	}
+	if len(b) > maxReply {
+		return fmt.Errorf("%s %s: the reply is over %d bytes, more than an agent sends within its limits (%d events of at most %d bytes); is --addr an agent?",
+			method, u, maxReply, registry.MaxEvents, registry.MaxEventJSON)
 	}
 	if resp.StatusCode >= 300 {
 		var e struct {

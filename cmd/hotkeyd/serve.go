@@ -68,15 +68,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if opts.Events, err = eventStore(ctx, cfg, log); err != nil {
+	var closeEvents func()
+	if opts.Events, closeEvents, err = eventStore(ctx, cfg, log); err != nil {
 		return err
 	}
+	defer closeEvents() // releases registry.file's lock
 	a, err := agent.New(opts)
 	if err != nil {
 		return err
 	}
 	// Logged once nothing can fail at start any more, so that a failure is one line.
-	logFiles(config.FileName(config.LoadOptions{Flags: fs}), regFile, cfg, log)
+	logFiles(config.FileName(config.LoadOptions{Flags: fs}), regFile, storeKind(opts.Events), log)
 	warnUnauthenticated(cfg, log)
 	return a.Run(ctx)
 }
@@ -279,21 +281,13 @@ func checkRegistryFile(cfg config.Config, log *slog.Logger) (string, error) {
 	return abs, nil
 }
 
-// logFiles logs the config file read (cfgFile; none when empty) and the registry file
-// (regFile, absolute), so that two agents sharing one are seen, and where the registry
-// keeps its events.
-func logFiles(cfgFile, regFile string, cfg config.Config, log *slog.Logger) {
+// logFiles logs the config file read (cfgFile; none when empty), the registry file
+// (regFile, absolute), and where the registry keeps its events (store, see storeKind).
+func logFiles(cfgFile, regFile, store string, log *slog.Logger) {
 	if cfgFile == "" {
 		cfgFile = "none"
 	} else if abs, err := filepath.Abs(cfgFile); err == nil {
 		cfgFile = abs
-	}
-	store := "file"
-	switch {
-	case len(cfg.Redis.Addrs) > 0:
-		store = "redis" // seeded from the file, which keeps the events while Redis does not answer
-	case regFile == "":
-		store = "memory"
 	}
 	if regFile == "" {
 		regFile = "none (events in memory only)"
