@@ -184,7 +184,7 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.UDPListen != "" {
 		sink := reportLimit{a, defaults.Or(o.MaxSamplesPerReport, sampler.DefaultMaxSamples)}
-		a.udp, err = sampler.NewUDPServer(sampler.UDPOptions{Listen: o.UDPListen, Readers: o.UDPReaders, Token: o.AuthToken, Sink: sink})
+		a.udp, err = sampler.NewUDPServer(sampler.UDPOptions{Listen: o.UDPListen, Readers: o.UDPReaders, Token: o.AuthToken, Sink: sink, Logger: o.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("agent: udp.listen %q: %w", o.UDPListen, err)
 		}

@@ -24,24 +24,24 @@ import (
 // Every route names its methods, so that the mux answers HEAD as GET wherever GET is
 // answered, and any method a route does not take (OPTIONS among them) with 405 and the
 // Allow header, before the token is asked for: only the methods that change something
-// need it.
+// need it, and only they go through the checks of mutating.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
-	samples := sampler.HTTPHandler(a, sampler.HTTPOptions{MaxBodyBytes: a.opts.MaxBodyBytes, MaxSamples: a.opts.MaxSamplesPerReport})
-	mux.Handle("POST /v1/samples", a.authorized(samplesEndpoint, samples))
+	samples := sampler.HTTPHandler(a, sampler.HTTPOptions{MaxBodyBytes: a.opts.MaxBodyBytes, MaxSamples: a.opts.MaxSamplesPerReport, Logger: a.log})
+	mux.Handle("POST /v1/samples", a.mutating(samplesEndpoint, samples))
 	mux.HandleFunc("GET /v1/topk", a.topk)
 	mux.HandleFunc("GET /v1/keys/{key...}", a.key)
 	mux.HandleFunc("GET /v1/plan", a.plan)
 	events := http.HandlerFunc(a.registryAPI)
 	mux.Handle("GET /v1/registry", events)
-	mux.Handle("POST /v1/registry", a.authorized("/v1/registry", events))
+	mux.Handle("POST /v1/registry", a.mutating("/v1/registry", events))
 	mux.Handle("GET /v1/registry/{id}", events)
-	mux.Handle("PUT /v1/registry/{id}", a.authorized("/v1/registry/{id}", events))
-	mux.Handle("DELETE /v1/registry/{id}", a.authorized("/v1/registry/{id}", events))
+	mux.Handle("PUT /v1/registry/{id}", a.mutating("/v1/registry/{id}", events))
+	mux.Handle("DELETE /v1/registry/{id}", a.mutating("/v1/registry/{id}", events))
 	overrides := http.HandlerFunc(a.overrides)
 	mux.Handle("GET /v1/plan/overrides", overrides)
-	mux.Handle("POST /v1/plan/overrides", a.authorized("/v1/plan/overrides", overrides))
-	mux.Handle("DELETE /v1/plan/overrides/{key...}", a.authorized("/v1/plan/overrides/{key}", overrides))
+	mux.Handle("POST /v1/plan/overrides", a.mutating("/v1/plan/overrides", overrides))
+	mux.Handle("DELETE /v1/plan/overrides/{key...}", a.mutating("/v1/plan/overrides/{key}", overrides))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{Registry: a.opts.Registry}))
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /readyz", a.readyz)
@@ -106,29 +106,67 @@ func (h *headerRecorder) WriteHeader(status int) {
 	}
 }
 
-// authorized requires the bearer token, when one is configured; the routes of the
-// methods that change something (and POST /v1/samples) go through it. A refusal counts in
-// hotkeyd_http_unauthorized_total{endpoint}, endpoint being one of the few route names
-// Handler passes; a refused sample report also counts as a dropped sample (source
-// "unknown", reason auth), as a refused UDP datagram does, and nothing else does.
-func (a *Agent) authorized(endpoint string, h http.Handler) http.Handler {
+// mutating guards the routes of the methods that change something (POST /v1/samples
+// among them). In this order, it refuses:
+//
+//   - with 403, a request from a web page: one with an Origin or a Sec-Fetch-Site header.
+//     Browsers send Origin with every POST, PUT and DELETE (and Sec-Fetch-Site with every
+//     request to a loopback or https address); page scripts can neither remove nor set
+//     them; and no client of the agent (the SDK, hotkeyd top and registry, curl, other
+//     languages' senders) sends them. Without this, a page a developer visits could post
+//     to the agent on loopback: a form or a fetch with Content-Type text/plain needs no
+//     preflight, and DNS rebinding would pass any comparison of Origin with Host.
+//   - with 401, a request without the bearer token, when one is configured.
+//   - with 415, a body in a Content-Encoding other than identity (the handler of
+//     /v1/samples checks its own, to count the report as dropped).
+//
+// A 403 or 401 counts in hotkeyd_http_unauthorized_total{endpoint}, endpoint being one of
+// the few route names Handler passes; on POST /v1/samples it also counts as a dropped
+// sample (source "unknown", reason auth), as a refused UDP datagram does, and nothing
+// else does.
+func (a *Agent) mutating(endpoint string, h http.Handler) http.Handler {
 	refused := a.metrics.unauthorized.WithLabelValues(endpoint) // the series exists from the start
-	if a.opts.AuthToken == "" {
-		return h
+	refuse := func(w http.ResponseWriter, status int, msg string) {
+		refused.Inc()
+		if endpoint == samplesEndpoint {
+			a.Drop("unknown", sampler.DropAuth, 1)
+		}
+		writeError(w, status, msg)
 	}
-	want := []byte("Bearer " + a.opts.AuthToken)
+	want := []byte(a.opts.AuthToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			refused.Inc()
-			if endpoint == samplesEndpoint {
-				a.Drop("unknown", sampler.DropAuth, 1)
-			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="hotkeyd"`)
-			writeError(w, http.StatusUnauthorized, "authorization: this endpoint needs the header \"Authorization: Bearer TOKEN\" with the agent's auth.token")
+		if r.Header["Origin"] != nil || r.Header["Sec-Fetch-Site"] != nil { // any value, even empty
+			refuse(w, http.StatusForbidden, "requests from web pages are refused: this one carries an Origin or Sec-Fetch-Site header, "+
+				"which browsers send; the agent's clients (the SDK, hotkeyd, curl) send neither")
 			return
+		}
+		if len(want) > 0 {
+			token, ok := bearer(r.Header.Get("Authorization"))
+			if subtle.ConstantTimeCompare([]byte(token), want) != 1 || !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="hotkeyd"`)
+				refuse(w, http.StatusUnauthorized, "authorization: this endpoint needs the header \"Authorization: Bearer TOKEN\" with the agent's auth.token")
+				return
+			}
+		}
+		if endpoint != samplesEndpoint && r.Method != http.MethodDelete {
+			if err := sampler.CheckContentEncoding(r.Header); err != nil {
+				writeError(w, http.StatusUnsupportedMediaType, err.Error())
+				return
+			}
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// bearer returns the token of an Authorization header value in the Bearer scheme, and
+// whether the value is in that scheme: "Bearer" in any case (RFC 7235 §2.1), one or more
+// spaces, the token (RFC 6750 §2.1).
+func bearer(v string) (string, bool) {
+	scheme, token, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
 }
 
 // Key is one key in the answers of GET /v1/topk and GET /v1/keys/{key}: the wire format

@@ -21,8 +21,8 @@ type metrics struct {
 	a       *Agent
 	samples *prometheus.CounterVec
 	drops   *prometheus.CounterVec
-	// unauthorized counts requests refused for want of the token, by endpoint (a route
-	// name from Handler: bounded).
+	// unauthorized counts requests refused for want of the token or as coming from a web
+	// page, by endpoint (a route name from Handler: bounded).
 	unauthorized *prometheus.CounterVec
 	changes      *prometheus.CounterVec
 	delay        prometheus.Histogram
@@ -53,7 +53,7 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		}, []string{"source", "reason"}),
 		unauthorized: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hotkeyd_http_unauthorized_total",
-			Help: "HTTP requests refused with 401 for a missing or wrong token, by endpoint (refused sample reports also count in hotkeyd_samples_dropped_total).",
+			Help: "HTTP requests that change something refused, by endpoint: 401 for a missing or wrong token, or 403 for coming from a web page (refused sample reports also count in hotkeyd_samples_dropped_total).",
 		}, []string{"endpoint"}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hotkeyd_hot_key_transitions_total",

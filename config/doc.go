@@ -57,7 +57,7 @@
 //	proxy.sched_policy             auto            auto, batch or off: SCHED_BATCH threads while clients pipeline (Linux)
 //	monitor.addr                   (none)          host:port of a Redis to read with MONITOR, development only (--monitor)
 //	monitor.sample_every           1               1..1000000
-//	auth.token                     (none)          bearer token for mutating endpoints; printable ASCII, no spaces (--auth-token)
+//	auth.token                     (none)          bearer token for mutating endpoints and UDP reports; printable ASCII, no spaces, at most 255 bytes (--auth-token)
 //	detector.window                1s              10ms..1h: how far back rates look
 //	detector.ticks                 10              1..1000, and window/ticks ≥ 10ms
 //	detector.topk                  100             1..10000 (--topk)

@@ -140,3 +140,18 @@ func TestLoadInvalidValueNamesSource(t *testing.T) {
 		t.Errorf("Validate: got %v; want it to start with the key", err)
 	}
 }
+
+// TestAuthTokenLength: a UDP report carries the token after a one-byte length, so a
+// longer token is refused at load, naming the key, not later by the UDP server.
+func TestAuthTokenLength(t *testing.T) {
+	c := Default()
+	c.Auth.Token = strings.Repeat("t", 255)
+	if err := c.Validate(); err != nil {
+		t.Fatalf("255-byte token: %v; want it accepted", err)
+	}
+	c.Auth.Token += "t"
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "auth.token: *** is 256 bytes long") || strings.Contains(err.Error(), c.Auth.Token) {
+		t.Fatalf("256-byte token: %v; want an error naming auth.token and the length, not the token", err)
+	}
+}

@@ -80,6 +80,9 @@ func (c Config) Validate() error {
 	if strings.ContainsFunc(c.Auth.Token, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
 		v.add("auth.token", secret{}, "contains a space, a control character or non-ASCII", "use printable ASCII without spaces")
 	}
+	if n := len(c.Auth.Token); n > maxTokenBytes {
+		v.add("auth.token", secret{}, fmt.Sprintf("is %d bytes long", n), fmt.Sprintf("use at most %d (a UDP report carries its length in one byte)", maxTokenBytes))
+	}
 
 	d := c.Detector
 	if d.Window < minTick || d.Window > time.Hour {
@@ -170,6 +173,9 @@ func (c Config) Validate() error {
 
 // redacted stands for the value of a secret key wherever it would be shown.
 const redacted = "***"
+
+// maxTokenBytes bounds auth.token: UDP reports carry it after a one-byte length.
+const maxTokenBytes = 255
 
 // secretKeys are the keys whose values are never shown: not by YAML, not in errors.
 var secretKeys = map[string]bool{"auth.token": true, "proxy.upstream_password": true}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"slices"
@@ -407,24 +408,31 @@ type HTTPOptions struct {
 	// MaxSamples bounds the samples in one report. Zero or less means DefaultMaxSamples
 	// (10,000); more are answered 413.
 	MaxSamples int
+	// Logger receives, at warn level, the first report refused as malformed or too
+	// large, with the client's address (Request.RemoteAddr), the source when it had been
+	// read, and the error; then at most one such line a minute, with the number of
+	// reports refused since the line before. Default: none.
+	Logger *slog.Logger
 }
 
 // HTTPHandler returns the handler of POST /v1/samples. It decodes the body with
 // DecodeJSONReport, hands the batch to sink.Accept and answers 202 {"accepted":N}; a
-// malformed body is answered 400 and an oversized one 413, both with {"error":"…"}, and
-// counted with sink.Drop (source, or "unknown" before it is read; DropMalformed or
-// DropTooLarge; n = 1). Methods other than POST are answered 405. It does not check
-// authorization: the agent wraps it. It is safe for concurrent use.
+// malformed body is answered 400, an oversized one 413 and one in a Content-Encoding
+// other than identity 415, all with {"error":"…"}, and counted with sink.Drop (source, or
+// "unknown" before it is read; DropMalformed or DropTooLarge; n = 1). Methods other than
+// POST are answered 405. It does not check authorization: the agent wraps it. It is safe
+// for concurrent use.
 func HTTPHandler(sink Sink, opts HTTPOptions) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	return &httpHandler{sink: sink, opts: opts}
+	return &httpHandler{sink: sink, opts: opts, dropLog: newDropLog(opts.Logger, "http")}
 }
 
 type httpHandler struct {
-	sink Sink
-	opts HTTPOptions
+	sink    Sink
+	opts    HTTPOptions
+	dropLog dropLog // logs refused reports, a line a minute at most
 }
 
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -433,17 +441,19 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed; use POST", r.Method))
 		return
 	}
+	if err := CheckContentEncoding(r.Header); err != nil {
+		h.refuse(w, r, http.StatusUnsupportedMediaType, "unknown", DropMalformed, err)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			h.sink.Drop("unknown", DropTooLarge, 1)
-			writeJSONError(w, http.StatusRequestEntityTooLarge,
-				fmt.Sprintf("body: more than %s bytes; send at most %s per request", group(int(tooBig.Limit)), group(int(tooBig.Limit))))
+			h.refuse(w, r, http.StatusRequestEntityTooLarge, "unknown", DropTooLarge,
+				fmt.Errorf("body: more than %s bytes; send at most %s per request", group(int(tooBig.Limit)), group(int(tooBig.Limit))))
 			return
 		}
-		h.sink.Drop("unknown", DropMalformed, 1)
-		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("body: reading it failed: %v", err))
+		h.refuse(w, r, http.StatusBadRequest, "unknown", DropMalformed, fmt.Errorf("body: reading it failed: %w", err))
 		return
 	}
 	var b Batch
@@ -456,14 +466,37 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, ErrTooLarge) {
 			status, reason = http.StatusRequestEntityTooLarge, DropTooLarge
 		}
-		h.sink.Drop(src, reason, 1)
-		writeJSONError(w, status, err.Error())
+		h.refuse(w, r, status, src, reason, err)
 		return
 	}
 	h.sink.Accept(b)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
 	fmt.Fprintf(w, "{\"accepted\":%d}\n", len(b.Samples))
+}
+
+// refuse answers a report it does not take with status and err, and counts and logs it.
+func (h *httpHandler) refuse(w http.ResponseWriter, r *http.Request, status int, source, reason string, err error) {
+	h.sink.Drop(source, reason, 1)
+	if unlogged, ok := h.dropLog.due(); ok {
+		h.dropLog.warn(unlogged, r.RemoteAddr, source, reason, err)
+	}
+	writeJSONError(w, status, err.Error())
+}
+
+// CheckContentEncoding returns an error, for a 415 answer, when the header names a
+// Content-Encoding other than identity: the API reads bodies as they are sent, and a
+// compressed body read as JSON would give a puzzling error, or a body labelled with an
+// encoding it does not have would be taken. Absent, empty and "identity" (any case) pass.
+func CheckContentEncoding(h http.Header) error {
+	for _, v := range h.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return fmt.Errorf("body: Content-Encoding %q is not supported; only identity is accepted: send the body uncompressed", strings.TrimSpace(v))
+			}
+		}
+	}
+	return nil
 }
 
 func writeJSONError(w http.ResponseWriter, status int, msg string) {

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
 	"sync"
@@ -34,6 +35,11 @@ type UDPOptions struct {
 	// Sink receives every decoded batch (Accept) and every dropped datagram (Drop).
 	// Required. Accept is called from several reader goroutines at once.
 	Sink Sink
+	// Logger receives, at warn level, the first datagram dropped as malformed, too large
+	// or without the token, with the sender's address, the source when the header got
+	// that far, and why; then at most one such line a minute, with the number of
+	// datagrams dropped since the line before. Default: none.
+	Logger *slog.Logger
 }
 
 // Defaults of UDPOptions.
@@ -50,6 +56,7 @@ type UDPServer struct {
 	readers int
 	token   []byte
 	sink    Sink
+	dropLog dropLog // logs dropped datagrams, a line a minute at most
 
 	mu      sync.Mutex // guards closed and the start of readers, so Close never races wg.Add
 	closed  bool
@@ -96,6 +103,7 @@ func NewUDPServer(opts UDPOptions) (*UDPServer, error) {
 		sink:    opts.Sink,
 		done:    make(chan struct{}),
 		drops:   countKernelDrops(conn),
+		dropLog: newDropLog(opts.Logger, "udp"),
 	}
 	if opts.Token != "" {
 		s.token = []byte(opts.Token)
@@ -172,7 +180,7 @@ func (s *UDPServer) read() {
 	}
 	var b Batch
 	for {
-		n, oobn, _, _, err := s.conn.ReadMsgUDPAddrPort(buf, oob)
+		n, oobn, _, from, err := s.conn.ReadMsgUDPAddrPort(buf, oob)
 		if oobn > 0 {
 			if total, ok := kernelDrops(oob[:oobn]); ok {
 				s.kernelDropped(total)
@@ -202,12 +210,68 @@ func (s *UDPServer) read() {
 				reason = DropTooLarge
 			}
 			s.sink.Drop(src, reason, 1)
+			if unlogged, ok := s.dropLog.due(); ok {
+				s.dropLog.warn(unlogged, from, src, reason, err)
+			}
 			continue
 		}
 		if s.token != nil && subtle.ConstantTimeCompare(token, s.token) != 1 {
 			s.sink.Drop(b.Source, DropAuth, max(len(b.Samples), 1))
+			if unlogged, ok := s.dropLog.due(); ok {
+				s.dropLog.warn(unlogged, from, b.Source, DropAuth, tokenError(token))
+			}
 			continue
 		}
 		s.sink.Accept(b)
 	}
+}
+
+// tokenError says why a datagram's token was refused, without showing it.
+func tokenError(token []byte) error {
+	if token == nil {
+		return errors.New("report: no token (flag bit 0 clear); the agent requires auth.token")
+	}
+	return fmt.Errorf("report: token of %d bytes is not the agent's auth.token", len(token))
+}
+
+// dropLog logs reports a transport drops: the first at once, then at most one line a
+// minute, each with the number dropped since the line before and not logged. It costs
+// nothing until a report is dropped, and then a clock read and two atomic operations when
+// it does not log, so a flood of garbage logs a line a minute. Safe for concurrent use.
+type dropLog struct {
+	log       *slog.Logger // nil: log nothing
+	transport string       // "udp" or "http", in each line
+	now       func() time.Time
+	next      atomic.Int64 // Unix nanoseconds before which no line is logged
+	unlogged  atomic.Int64 // reports dropped since the last line and not logged
+}
+
+// dropLogEvery is the least time between two lines of a dropLog.
+const dropLogEvery = time.Minute
+
+func newDropLog(log *slog.Logger, transport string) dropLog {
+	return dropLog{log: log, transport: transport, now: time.Now}
+}
+
+// due records a dropped report and reports whether to log it, with the number of reports
+// dropped since the last line and not logged. The caller then calls warn; building the
+// line's values only then keeps the drops that are not logged free of allocations.
+func (d *dropLog) due() (unlogged int64, ok bool) {
+	if d.log == nil {
+		return 0, false
+	}
+	now := d.now().UnixNano()
+	next := d.next.Load()
+	if now < next || !d.next.CompareAndSwap(next, now+int64(dropLogEvery)) {
+		d.unlogged.Add(1) // logged less than a minute ago, or another reader logs now
+		return 0, false
+	}
+	return d.unlogged.Swap(0), true
+}
+
+// warn logs a dropped report: from is the sender's address, source its source ("unknown"
+// when not read), reason one of the Drop… reasons, err why.
+func (d *dropLog) warn(unlogged int64, from any, source, reason string, err error) {
+	d.log.Warn("sample report dropped", "transport", d.transport, "reason", reason, "from", from,
+		"source", source, "err", err, "unlogged", unlogged)
 }
