@@ -3,12 +3,14 @@ package agent
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/mitigate"
 	"github.com/hotkeyd/hotkeyd/sampler"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -16,6 +18,12 @@ import (
 // maxSources bounds the source label: sources beyond it are counted as "other", so that a
 // misbehaving client cannot blow up the number of series.
 const maxSources = 64
+
+// unknownSource is the source of drops whose report names none (sampler's "unknown").
+const unknownSource = "unknown"
+
+// dropReasons are the reasons of hotkeyd_samples_dropped_total.
+var dropReasons = []string{sampler.DropMalformed, sampler.DropTooLarge, sampler.DropOverload, sampler.DropAuth}
 
 type metrics struct {
 	a       *Agent
@@ -34,6 +42,7 @@ type metrics struct {
 	sources map[string]prometheus.Counter // samples' counter by source label
 
 	keyRate, keyShare, keyHot, keyLevel   *prometheus.Desc
+	keyMitigated                          *prometheus.Desc
 	traffic, distinct, hot, lag, keysDesc *prometheus.Desc
 	mitigations, planVersion, nodeShare   *prometheus.Desc
 	planWithheld, buildInfo               *prometheus.Desc
@@ -74,6 +83,8 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		keyShare: prometheus.NewDesc("hotkeyd_key_share", "A top-k key's share of all traffic (0 to 1).", []string{"key"}, nil),
 		keyHot:   prometheus.NewDesc("hotkeyd_key_hot", "1 while a top-k key is hot, else 0.", []string{"key"}, nil),
 		keyLevel: prometheus.NewDesc("hotkeyd_key_threshold_ratio", "A top-k key's rate over its hot threshold (1 = at the threshold).", []string{"key"}, nil),
+		keyMitigated: prometheus.NewDesc("hotkeyd_key_mitigated",
+			"1 for each mitigation kind enforced for a top-k key (withheld and observe-only ones aside); no series for a key without one.", []string{"key", "kind"}, nil),
 		traffic:  prometheus.NewDesc("hotkeyd_traffic_rate", "Estimated requests per second of all sampled traffic, by operation.", []string{"op"}, nil),
 		distinct: prometheus.NewDesc("hotkeyd_distinct_keys", "Estimated distinct keys in the window (HyperLogLog).", nil, nil),
 		hot:      prometheus.NewDesc("hotkeyd_hot_keys", "Keys currently hot.", nil, nil),
@@ -94,6 +105,16 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("agent: metrics: %w", err)
 		}
+	}
+	// The series whose label values are known in advance exist at 0 from the start, so
+	// that rate() and increase() see their first increment (a series born at 1 shows none).
+	// Sources that clients name cannot be known; "unknown" (a report refused before its
+	// source is read, a datagram shed under load) can.
+	for _, to := range []string{"hot", "cool"} {
+		m.changes.WithLabelValues(to)
+	}
+	for _, reason := range dropReasons {
+		m.drops.WithLabelValues(unknownSource, reason)
 	}
 	return m, nil
 }
@@ -119,10 +140,11 @@ func (m *metrics) dropped(source, reason string, n int) {
 }
 
 // label returns the label of source in both samples counters: source itself while fewer
-// than maxSources names are in use, received and dropped together, else "other". m.mu
+// than maxSources names are in use, received and dropped together, else "other". "other"
+// and "unknown" (the agent's own, made at start) do not count against maxSources. m.mu
 // must be held.
 func (m *metrics) label(source string) string {
-	if source == "other" || m.labels[source] {
+	if source == "other" || source == unknownSource || m.labels[source] {
 		return source
 	}
 	if len(m.labels) >= maxSources {
@@ -143,7 +165,7 @@ func (m *metrics) change(c detector.Change) {
 
 // Describe sends the descriptions of the per-key and window series.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc, m.mitigations, m.planVersion, m.planWithheld, m.buildInfo, m.nodeShare, m.eventExpected, m.eventObserved} {
+	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.keyMitigated, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc, m.mitigations, m.planVersion, m.planWithheld, m.buildInfo, m.nodeShare, m.eventExpected, m.eventObserved} {
 		ch <- d
 	}
 }
@@ -169,8 +191,13 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.planWithheld, float64(m.a.planner.Withheld()))
 	gauge(m.buildInfo, 1)
 	counts := map[[2]string]int{}
+	enforced := map[string][]string{} // kinds enforced, by key as clients name it
 	for _, e := range m.a.planner.Active() {
-		counts[[2]string{string(e.Kind), activeMode(e)}]++
+		mode := activeMode(e)
+		counts[[2]string{string(e.Kind), mode}]++
+		if mode == string(mitigate.Enforce) && !slices.Contains(enforced[e.Key], string(e.Kind)) {
+			enforced[e.Key] = append(enforced[e.Key], string(e.Kind))
+		}
 	}
 	for km, n := range counts {
 		gauge(m.mitigations, float64(n), km[0], km[1])
@@ -202,6 +229,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			hot = 1
 		}
 		gauge(m.keyHot, hot, k)
+		for _, kind := range enforced[l.Key.Key] {
+			gauge(m.keyMitigated, 1, k, kind)
+		}
 	}
 }
 

@@ -30,6 +30,14 @@ func m(name string, extra ...string) string {
 	return name + "{" + strings.Join(append([]string{sel}, extra...), ",") + "}"
 }
 
+// barInterval is the min interval of the panels that draw a count per bar: each bar counts
+// increase(x[$__interval]), the events of its own interval, so that bars do not overlap and
+// add up to what happened (with $__rate_interval, four scrapes or more, bars drawn every
+// scrape would count each event about four times). One minute is four scrapes at the 15 s
+// scrape interval docs/dashboards.md configures: increase needs two samples in a window,
+// and more make its extrapolation steadier. A longer dashboard range widens $__interval.
+const barInterval = "1m"
+
 // Thresholds shared by several panels.
 var (
 	shareSteps = []Step{at("orange", 0.05), at("red", 0.2)} // hot.*.share default, and 4×
@@ -135,9 +143,9 @@ func overview() *Dashboard {
 			series(`sum(`+m("hotkeyd_topk_keys")+`)`, "ranked"),
 		}}.build())
 	l.add(8, 8, panel{typ: "timeseries", title: "Keys turning hot and cooling",
-		desc: "Hot-key events: keys that turned hot (to=hot) and that cooled (to=cool) per interval (increase of hotkeyd_hot_key_transitions_total).",
-		unit: "short", bars: true,
-		targets: []Target{series(`sum by (to) (increase(`+m("hotkeyd_hot_key_transitions_total")+`[$__rate_interval]))`, "{{to}}")}}.build())
+		desc: "Hot-key events: keys that turned hot (to=hot) and that cooled (to=cool), per bar (increase of hotkeyd_hot_key_transitions_total over each bar's own interval, at least 1 minute: the bars do not overlap, so they add up to the events of the range).",
+		unit: "short", bars: true, interval: barInterval,
+		targets: []Target{series(`sum by (to) (increase(`+m("hotkeyd_hot_key_transitions_total")+`[$__interval]))`, "{{to}}")}}.build())
 	l.add(8, 8, panel{typ: "timeseries", title: "Detection delay",
 		desc: "Median and 90th percentile, over the last 10 minutes, of the time from the first tick a key was over its threshold to it being flagged hot (hotkeyd_detection_delay_seconds). Orange from 0.25 s (the aim), red from 1 s (the target). Empty when no key turned hot in 10 minutes.",
 		unit: "s", steps: []Step{at("orange", 0.25), at("red", 1)}, thresholdStyle: "dashed",
@@ -162,10 +170,10 @@ func overview() *Dashboard {
 		desc: "Samples or reports dropped before the detector, per second (rate of hotkeyd_samples_dropped_total): malformed, too_large, overload (the agent shed load), auth (wrong or missing token). No data means nothing was ever dropped; the HotkeydSamplesDropped alert fires on any sustained drop.",
 		unit: "cps", bars: true, steps: []Step{at("red", 0.001)},
 		targets: []Target{series(`sum by (source, reason) (rate(`+m("hotkeyd_samples_dropped_total")+`[$__rate_interval]))`, "{{source}} {{reason}}")}}.build())
-	l.add(8, 8, panel{typ: "stat", title: "Dropped share",
-		desc: "Share of samples dropped over the last 5 minutes: dropped / (received + dropped). Orange from 0.1 %, red from 1 %.",
-		unit: "percentunit", steps: []Step{at("orange", 0.001), at("red", 0.01)},
-		targets: []Target{instant(`(sum(rate(`+m("hotkeyd_samples_dropped_total")+`[5m])) or vector(0)) / (sum(rate(`+m("hotkeyd_samples_received_total")+`[5m])) + (sum(rate(`+m("hotkeyd_samples_dropped_total")+`[5m])) or vector(0)))`, "")}}.build())
+	l.add(8, 8, panel{typ: "stat", title: "Drops per 100 samples received",
+		desc: "Drops over the last 5 minutes for every 100 samples received (100 × rate of hotkeyd_samples_dropped_total / rate of hotkeyd_samples_received_total). Not a share of samples lost, the units differ: a drop counts samples where they are known (a UDP datagram over limits.max_samples_per_report, a monitor or proxy command over its limits, overload shed by the proxy tap) but one per report or datagram where they are not (a malformed or too large HTTP body, a wrong token, a malformed datagram, a datagram shed under load), and such a report may have held many samples. Orange from 0.1, red from 1.",
+		unit: "short", decimals: ptr(2), steps: []Step{at("orange", 0.1), at("red", 1)},
+		targets: []Target{instant(`100 * (sum(rate(`+m("hotkeyd_samples_dropped_total")+`[5m])) or vector(0)) / sum(rate(`+m("hotkeyd_samples_received_total")+`[5m]))`, "")}}.build())
 	l.add(24, 7, panel{typ: "timeseries", title: "Ingest lag",
 		desc: "Age of the newest evaluated window per agent (hotkeyd_ingest_lag_seconds): how far what the agent shows trails the samples. Normally under 0.2 s; orange from 0.5 s, red from 2 s (the HotkeydIngestLagHigh alert fires above 1 s for 2 minutes).",
 		unit: "s", steps: lagSteps, thresholdStyle: "dashed",
@@ -243,7 +251,7 @@ func keyBoard() *Dashboard {
 
 	l.section("Mitigations and primaries (agent-wide)")
 	l.add(12, 8, panel{typ: "timeseries", title: "Active mitigations, all keys",
-		desc: "Mitigations active on the selected agents, by kind and mode (hotkeyd_mitigations). Agent-wide: the agent exports no per-key mitigation series yet; the key's own are in GET /v1/keys/{key} (\"mitigations\") and in `hotkeyd top`.",
+		desc: "Mitigations active on the selected agents, by kind and mode (hotkeyd_mitigations). Agent-wide; per key the agent exports only the kinds enforced for a ranked key (hotkeyd_key_mitigated); the key's own in every mode are in GET /v1/keys/{key} (\"mitigations\") and in `hotkeyd top`.",
 		unit: "short", stack: true,
 		targets: []Target{series(`sum by (kind, mode) (`+m("hotkeyd_mitigations")+`)`, "{{kind}} ({{mode}})")}}.build())
 	l.add(12, 8, panel{typ: "timeseries", title: "Load share per primary",
@@ -295,22 +303,22 @@ func mitigations() *Dashboard {
 			series(`sum(`+m("hotkeyd_mitigations", `mode="enforce"`)+`)`, "enforced mitigations"),
 		}}.build())
 	l.add(12, 8, panel{typ: "timeseries", title: "Plan changes",
-		desc: "New plan versions per interval, per agent (changes of hotkeyd_plan_version): every mitigation that starts, ends or changes its copies makes one. Many in a row: flapping.",
-		unit: "short", bars: true, steps: []Step{at("orange", 5)},
-		targets: []Target{series(`sum by (instance) (changes(`+m("hotkeyd_plan_version")+`[$__rate_interval]))`, "{{instance}}")}}.build())
+		desc: "New plan versions per bar, per agent (changes of hotkeyd_plan_version within each bar's own interval, at least 1 minute). A new version is made when a mitigation starts, ends or changes its copies, and also when the entries' leases are renewed (every half lease, 30 s by default) with nothing else changed: with any mitigation active, about 2 a minute is the baseline, not churn. Well above that, many in a row: flapping. What changed is in GET /v1/plan.",
+		unit: "short", bars: true, interval: barInterval, steps: []Step{at("orange", 5)},
+		targets: []Target{series(`sum by (instance) (changes(`+m("hotkeyd_plan_version")+`[$__interval]))`, "{{instance}}")}}.build())
 
 	l.section("Redis primaries")
 	nodeShare(l)
 
 	l.section("Executor and registry")
 	l.add(12, 8, panel{typ: "timeseries", title: "Mitigation actions",
-		desc: "What the agent did in Redis for enforced mitigations, per interval, by kind and action — copy_write, copy_refresh, copy_delete, copy_kept_claimed (a copy another agent uses), counter_fold, counter_recover, counter_kept_claimed (a sub-counter another agent uses), error (hotkeyd_mitigation_actions_total; exported once the agent has a Redis address).",
-		unit: "short", bars: true,
-		targets: []Target{series(`sum by (kind, action) (increase(`+m("hotkeyd_mitigation_actions_total")+`[$__rate_interval]))`, "{{kind}} {{action}}")}}.build())
+		desc: "What the agent did in Redis for enforced mitigations, per bar (its own interval, at least 1 minute), by kind and action — copy_write, copy_refresh, copy_delete, copy_kept_claimed (a copy another agent uses), counter_fold, counter_recover, counter_kept_claimed (a sub-counter another agent uses), error (hotkeyd_mitigation_actions_total; exported once the agent has a Redis address).",
+		unit: "short", bars: true, interval: barInterval,
+		targets: []Target{series(`sum by (kind, action) (increase(`+m("hotkeyd_mitigation_actions_total")+`[$__interval]))`, "{{kind}} {{action}}")}}.build())
 	l.add(12, 8, panel{typ: "timeseries", title: "Surprise hot keys",
-		desc: "Keys that turned hot while no armed registry event predicted them, per interval (hotkeyd_surprise_hot_keys_total): candidates for the registry.",
-		unit: "short", bars: true, steps: []Step{at("red", 1)},
-		targets: []Target{series(`sum(increase(`+m("hotkeyd_surprise_hot_keys_total")+`[$__rate_interval]))`, "surprises")}}.build())
+		desc: "Keys that turned hot while no armed registry event predicted them, per bar (increase of hotkeyd_surprise_hot_keys_total over each bar's own interval, at least 1 minute; the bars do not overlap): candidates for the registry.",
+		unit: "short", bars: true, interval: barInterval, steps: []Step{at("red", 1)},
+		targets: []Target{series(`sum(increase(`+m("hotkeyd_surprise_hot_keys_total")+`[$__interval]))`, "surprises")}}.build())
 	l.add(24, 8, panel{typ: "timeseries", title: "Predicted against observed, per event",
 		desc: "For each armed registry event: the peak rate it expected on one key (hotkeyd_event_expected_rate) and the peak one key under its patterns has reached so far (hotkeyd_event_observed_rate), reads and writes. Observed far above expected: the prediction was low.",
 		unit: "reqps",

@@ -78,10 +78,12 @@ type panel struct {
 	// "line+area", …
 	thresholdStyle string
 	stack, bars    bool
-	mappings       []any
-	links          []DataLink
-	min, max       *float64
-	decimals       *int
+	// interval is the min interval (Panel.Interval); barInterval for a count per bar.
+	interval string
+	mappings []any
+	links    []DataLink
+	min, max *float64
+	decimals *int
 }
 
 func (s panel) build() *Panel {
@@ -113,6 +115,7 @@ func (s panel) build() *Panel {
 		Description: s.desc,
 		Datasource:  &DatasourceRef{Type: datasourceRef.Type, UID: datasourceRef.UID},
 		FieldConfig: &FieldConfig{Defaults: fd, Overrides: []any{}},
+		Interval:    s.interval,
 	}
 	for i, t := range s.targets {
 		t.RefID = string(rune('A' + i))

@@ -136,6 +136,9 @@ type Panel struct {
 	FieldConfig *FieldConfig   `json:"fieldConfig,omitempty"`
 	Options     map[string]any `json:"options,omitempty"`
 	Targets     []Target       `json:"targets,omitempty"`
+	// Interval is the panel's min interval ("1m"): $__interval, the step between points or
+	// bars, is never shorter. Empty: the data source's.
+	Interval string `json:"interval,omitempty"`
 	// Collapsed and Panels are for rows: a collapsed row holds its panels.
 	Collapsed *bool    `json:"collapsed,omitempty"`
 	Panels    []*Panel `json:"panels,omitempty"`

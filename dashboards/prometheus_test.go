@@ -174,6 +174,7 @@ func TestPanelsAgainstPrometheus(t *testing.T) {
 		t.Errorf("checked %d queries; want every panel's (over 40)", checked)
 	}
 	checkRulesLoaded(t, prom, exported)
+	checkBarsAddUp(t, prom, `sum(increase($m[$__interval]))`, 4*time.Second)
 }
 
 // startAgent runs an agent on loopback ports with the given Redis, and a proxy tap in
