@@ -374,15 +374,18 @@ func TestShutdownEndsPlanWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Signalled from the handler, not from the connection's state: net/http drops a
+	// request it has read once Shutdown has begun, without an answer, so "active" alone
+	// would let the test stop the agent before the request was taken.
 	active := make(chan struct{}, 1)
-	a.http.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateActive {
-			select {
-			case active <- struct{}{}:
-			default:
-			}
+	h := a.http.Handler
+	a.http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case active <- struct{}{}:
+		default:
 		}
-	}
+		h.ServeHTTP(w, r)
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
