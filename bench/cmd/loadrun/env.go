@@ -286,6 +286,9 @@ func (e *env) startAgent(ctx context.Context, bin string, udp bool, environ []st
 		args = append(args, "--udp-listen", "")
 	}
 	args = append(args, flags...)
+	// No registry file: agents started side by side would share the default one in the
+	// working directory, which the second refuses (its lock).
+	environ = append([]string{"HOTKEYD_REGISTRY_FILE="}, environ...)
 	p, err := e.start("hotkeyd", environ, args...)
 	if err != nil {
 		return nil, err
