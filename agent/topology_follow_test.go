@@ -2,9 +2,6 @@ package agent
 
 import (
 	"context"
-	"net"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,36 +10,6 @@ import (
 	"github.com/hotkeyd/hotkeyd/sampler"
 	"github.com/redis/go-redis/v9"
 )
-
-// moveSlot moves slot from one primary to another for real, as redis-cli --cluster
-// reshard does: IMPORTING on the target, MIGRATING on the source, MIGRATE its keys, then
-// SETSLOT NODE on every node.
-func moveSlot(t *testing.T, c *redistest.Cluster, slot int, from, to string) {
-	t.Helper()
-	do := func(addr string, args ...string) string {
-		t.Helper()
-		out, err := redistest.Command(addr, "", args...)
-		if err != nil {
-			t.Fatalf("%s %s: %v", addr, strings.Join(args, " "), err)
-		}
-		return out
-	}
-	fromID, toID := do(from, "CLUSTER", "MYID"), do(to, "CLUSTER", "MYID")
-	host, port, _ := net.SplitHostPort(to)
-	s := strconv.Itoa(slot)
-	do(to, "CLUSTER", "SETSLOT", s, "IMPORTING", fromID)
-	do(from, "CLUSTER", "SETSLOT", s, "MIGRATING", toID)
-	for {
-		keys := do(from, "CLUSTER", "GETKEYSINSLOT", s, "100")
-		if keys == "" {
-			break
-		}
-		do(from, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, strings.Split(keys, "\n")...)...)
-	}
-	for _, a := range append([]string{to, from}, c.Addrs()...) {
-		do(a, "CLUSTER", "SETSLOT", s, "NODE", toID)
-	}
-}
 
 // TestPlanFollowsSlotMove: a copy's slot moves to the primary of another copy, so both
 // sit on one primary and the split relieves nothing. The agent must re-place the copy
@@ -76,7 +43,7 @@ func TestPlanFollowsSlotMove(t *testing.T) {
 		waitFor(t, func() bool { return rdb.Get(ctx, c.Name).Val() == "v" })
 	}
 	moved, other := e.Copies[0], e.Copies[1]
-	moveSlot(t, cl, moved.Slot, moved.Primary, other.Primary)
+	cl.MoveSlot(t, moved.Slot, moved.Primary, other.Primary)
 	start := time.Now()
 	for {
 		send()

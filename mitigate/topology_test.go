@@ -352,36 +352,6 @@ func ids(t *testing.T, c *redistest.Cluster) map[string]string {
 	return m
 }
 
-// moveSlot moves slot from one primary to another for real, as redis-cli --cluster
-// reshard does: IMPORTING on the target, MIGRATING on the source, MIGRATE its keys, then
-// SETSLOT NODE on every node.
-func moveSlot(t *testing.T, c *redistest.Cluster, slot int, from, to string) {
-	t.Helper()
-	id := ids(t, c)
-	host, port, _ := net.SplitHostPort(to)
-	do := func(addr string, args ...string) string {
-		t.Helper()
-		out, err := redistest.Command(addr, "", args...)
-		if err != nil {
-			t.Fatalf("%s %s: %v", addr, strings.Join(args, " "), err)
-		}
-		return out
-	}
-	s := strconv.Itoa(slot)
-	do(to, "CLUSTER", "SETSLOT", s, "IMPORTING", id[from])
-	do(from, "CLUSTER", "SETSLOT", s, "MIGRATING", id[to])
-	for {
-		keys := do(from, "CLUSTER", "GETKEYSINSLOT", s, "100")
-		if keys == "" {
-			break
-		}
-		do(from, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, strings.Split(keys, "\n")...)...)
-	}
-	for _, a := range append([]string{to, from}, c.Addrs()...) {
-		do(a, "CLUSTER", "SETSLOT", s, "NODE", id[to])
-	}
-}
-
 // TestTopologyReshard moves a slot for real and checks MOVED reports, Refresh and Run.
 func TestTopologyReshard(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
@@ -421,7 +391,7 @@ func TestTopologyReshard(t *testing.T) {
 	if _, err := redistest.Command(from, "", "SET", key, "v"); err != nil {
 		t.Fatalf("SET %q on %s: %v", key, from, err)
 	}
-	moveSlot(t, c, slot, from, to)
+	c.MoveSlot(t, slot, from, to)
 
 	// The stale topology still routes to the old owner, which answers MOVED.
 	_, err := redistest.Command(stale.PrimaryOfKey(key), "", "GET", key)

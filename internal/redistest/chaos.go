@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"syscall"
@@ -164,3 +165,33 @@ func ownsSlots(nodes, id string) bool {
 
 // String names the server, for messages.
 func (s *Server) String() string { return fmt.Sprintf("redis-server %s", s.addr) }
+
+// MoveSlot moves slot from the primary at from to the primary at to for real, as
+// redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING on the source,
+// MIGRATE of its keys, then SETSLOT NODE on every node of c.
+func (c *Cluster) MoveSlot(t testing.TB, slot int, from, to string) {
+	t.Helper()
+	do := func(addr string, args ...string) string {
+		t.Helper()
+		out, err := Command(addr, "", args...)
+		if err != nil {
+			t.Fatalf("redistest: %s %s: %v", addr, strings.Join(args, " "), err)
+		}
+		return out
+	}
+	fromID, toID := do(from, "CLUSTER", "MYID"), do(to, "CLUSTER", "MYID")
+	host, port, _ := net.SplitHostPort(to)
+	s := strconv.Itoa(slot)
+	do(to, "CLUSTER", "SETSLOT", s, "IMPORTING", fromID)
+	do(from, "CLUSTER", "SETSLOT", s, "MIGRATING", toID)
+	for {
+		keys := do(from, "CLUSTER", "GETKEYSINSLOT", s, "100")
+		if keys == "" {
+			break
+		}
+		do(from, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, strings.Split(keys, "\n")...)...)
+	}
+	for _, a := range append([]string{to, from}, c.Addrs()...) {
+		do(a, "CLUSTER", "SETSLOT", s, "NODE", toID)
+	}
+}
