@@ -50,6 +50,14 @@ type Options struct {
 	BodyTimeout time.Duration
 	// HashKeys replaces key names by a short hash in the API and in metrics.
 	HashKeys bool
+	// KeyMinRatio bounds the per-key series of /metrics (hotkeyd_key_*): a ranked key has
+	// them while it is hot, has an active mitigation, is predicted by an armed registry
+	// event, or its read or write rate is at least KeyMinRatio × the threshold it would be
+	// hot at (overrides included: hotkeyd_key_threshold_ratio ≥ KeyMinRatio); the other
+	// ranked keys, background noise, have none. The API (/v1/topk, /v1/keys) shows every
+	// ranked key regardless. At most 1. Default 0.1; a negative value exports every
+	// ranked key.
+	KeyMinRatio float64
 	// RedisAddrs are Redis addresses (a standalone server, or any nodes of a cluster);
 	// with them the agent learns the topology, names copies on distinct primaries and
 	// publishes the plan in Redis. Empty: detection and client-side mitigations only.
@@ -76,6 +84,9 @@ type Options struct {
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 }
+
+// DefaultKeyMinRatio is the default of Options.KeyMinRatio.
+const DefaultKeyMinRatio = 0.3
 
 // Source is a sample source that runs until its context ends or it is closed.
 type Source interface {
@@ -129,6 +140,10 @@ func New(o Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: max key bytes %d: must be ≥ 1", o.MaxKeyBytes)
 	}
 	o.History = defaults.Or(o.History, 60)
+	o.KeyMinRatio = defaults.Or(o.KeyMinRatio, DefaultKeyMinRatio)
+	if !(o.KeyMinRatio <= 1) { // NaN too
+		return nil, fmt.Errorf("agent: key min ratio %v: must be ≤ 1 (a fraction of the hot threshold), or negative for every ranked key", o.KeyMinRatio)
+	}
 	o.Version = defaults.Or(o.Version, "(devel)")
 	o.BodyTimeout = defaults.Or(o.BodyTimeout, 30*time.Second)
 	if o.Registry == nil {

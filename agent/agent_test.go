@@ -158,7 +158,8 @@ func TestAuth(t *testing.T) {
 }
 
 func TestTruncateAndHash(t *testing.T) {
-	a, c, h := newTestAgent(t, Options{MaxKeyBytes: 8, HashKeys: true})
+	// KeyMinRatio -1: every ranked key has per-key series, this one at 2/s too.
+	a, c, h := newTestAgent(t, Options{MaxKeyBytes: 8, HashKeys: true, KeyMinRatio: -1})
 	a.Accept(sampler.Batch{Source: "t", Rate: 1, Samples: []sampler.Sample{{Key: []byte("averyveryverylongkey"), Op: sampler.OpRead}}})
 	c.add(time.Second / 2)
 	a.evaluate()

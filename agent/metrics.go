@@ -89,7 +89,7 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		distinct: prometheus.NewDesc("hotkeyd_distinct_keys", "Estimated distinct keys in the window (HyperLogLog).", nil, nil),
 		hot:      prometheus.NewDesc("hotkeyd_hot_keys", "Keys currently hot.", nil, nil),
 		lag:      prometheus.NewDesc("hotkeyd_ingest_lag_seconds", "Age of the newest evaluated window: how far what the agent shows trails the samples it has taken.", nil, nil),
-		keysDesc: prometheus.NewDesc("hotkeyd_topk_keys", "Keys evaluated: the combined top-k ranking and the keys of the read and write rankings it lacks (the per-key series shown).", nil, nil),
+		keysDesc: prometheus.NewDesc("hotkeyd_topk_keys", "Keys evaluated: the combined top-k ranking and the keys of the read and write rankings it lacks (per-key series are shown for those hot, mitigated, predicted or at metrics.key_min_ratio of their threshold).", nil, nil),
 
 		mitigations: prometheus.NewDesc("hotkeyd_mitigations", "Active mitigations by kind and mode (observe ones included; withheld: left out of the plan at its size bound).", []string{"kind", "mode"}, nil),
 		planVersion: prometheus.NewDesc("hotkeyd_plan_version", "Version of the current mitigation plan.", nil, nil),
@@ -171,7 +171,8 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect reads the latest view. Per-key series exist for the keys of the current top-k
-// only, so a key that leaves it loses its series at the next scrape.
+// only, and among them for those that matter (exported): so a key that leaves it, or stops
+// mattering, loses its series at the next scrape.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	v := m.a.view.Load()
 	gauge := func(d *prometheus.Desc, val float64, labels ...string) {
@@ -215,6 +216,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	seen := make(map[string]bool, len(v.levels))
 	for _, l := range v.levels {
+		if !m.exported(v, l) {
+			continue
+		}
 		k := labelValue(m.a.display(l.Key.Key))
 		if seen[k] { // two keys that differ only in bytes labelValue escapes alike
 			continue
@@ -233,6 +237,16 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			gauge(m.keyMitigated, 1, k, kind)
 		}
 	}
+}
+
+// exported reports whether a ranked key has per-key series (Options.KeyMinRatio): it is
+// hot, has an active mitigation (any mode), is predicted by an armed registry event, or
+// its level (its read or write rate over the threshold the tracker holds it to, overrides
+// included) is at least the ratio. The rest of the top-k is mostly keys seen in one sample,
+// whose series would come and go at every scrape.
+func (m *metrics) exported(v *view, l detector.Level) bool {
+	return l.Hot || l.Level >= m.a.opts.KeyMinRatio ||
+		v.mitigations[l.Key.Key] != nil || v.predicted[l.Key.Key] != nil
 }
 
 // labelValue makes a key a valid label value: Prometheus labels are UTF-8, keys are any

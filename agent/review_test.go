@@ -112,10 +112,10 @@ func TestHashKeysLookupFromReadRanking(t *testing.T) {
 // max_key_bytes are not valid UTF-8; /metrics still answers, with a series for each.
 func TestMetricsBinaryKeys(t *testing.T) {
 	a, c, h := newTestAgent(t, Options{MaxKeyBytes: 8})
-	a.Accept(sampler.Batch{Source: "t", Rate: 1, Samples: []sampler.Sample{
-		{Key: []byte("bin:\xff\xfe"), Op: sampler.OpRead, Count: 5},
-		{Key: []byte("bin:\xff\xfd"), Op: sampler.OpRead, Count: 4},
-		{Key: []byte("ключ:1"), Op: sampler.OpRead, Count: 3}, // cut to 8 bytes: half a "ч"
+	a.Accept(sampler.Batch{Source: "t", Rate: 1, Samples: []sampler.Sample{ // all hot, so all with series
+		{Key: []byte("bin:\xff\xfe"), Op: sampler.OpRead, Count: 5000},
+		{Key: []byte("bin:\xff\xfd"), Op: sampler.OpRead, Count: 4000},
+		{Key: []byte("ключ:1"), Op: sampler.OpRead, Count: 3000}, // cut to 8 bytes: half a "ч"
 	}})
 	c.add(time.Second / 2)
 	a.evaluate()

@@ -267,6 +267,11 @@ type Metrics struct {
 	// HashKeys replaces key names by a short hash in metrics and the API, for privacy.
 	// Default false.
 	HashKeys bool `yaml:"hash_keys"`
+	// KeyMinRatio bounds the per-key series (hotkeyd_key_*): a top-k key has them while
+	// hot, mitigated, predicted by an armed registry event, or at KeyMinRatio × its hot
+	// threshold or more (read or write, overrides included); 0 exports every top-k key.
+	// Default 0.1; allowed [0, 1].
+	KeyMinRatio float64 `yaml:"key_min_ratio"`
 }
 
 // Log configures the daemon's log.
@@ -300,6 +305,7 @@ func Default() Config {
 			CoolRatio: 0.7,
 			CoolTicks: 10,
 		},
+		Metrics:  Metrics{KeyMinRatio: 0.3},
 		Log:      Log{Level: "info", Format: "text"},
 		Registry: Registry{File: "hotkeyd-registry.json"},
 		Mitigate: Mitigate{

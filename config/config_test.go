@@ -56,19 +56,20 @@ func TestFields(t *testing.T) {
 	}
 	// The outside contract of DESIGN.md.
 	contract := map[string]string{
-		"http.listen":    "HOTKEYD_HTTP_LISTEN",
-		"udp.listen":     "HOTKEYD_UDP_LISTEN",
-		"redis.addrs":    "HOTKEYD_REDIS_ADDRS",
-		"proxy.listen":   "HOTKEYD_PROXY_LISTEN",
-		"proxy.upstream": "HOTKEYD_PROXY_UPSTREAM",
-		"auth.token":     "HOTKEYD_AUTH_TOKEN",
+		"http.listen":           "HOTKEYD_HTTP_LISTEN",
+		"udp.listen":            "HOTKEYD_UDP_LISTEN",
+		"redis.addrs":           "HOTKEYD_REDIS_ADDRS",
+		"proxy.listen":          "HOTKEYD_PROXY_LISTEN",
+		"proxy.upstream":        "HOTKEYD_PROXY_UPSTREAM",
+		"auth.token":            "HOTKEYD_AUTH_TOKEN",
+		"metrics.key_min_ratio": "HOTKEYD_METRICS_KEY_MIN_RATIO",
 	}
 	for key, env := range contract {
 		if got := envs[env]; got != key {
 			t.Errorf("%s: got key %q; want %q", env, got, key)
 		}
 	}
-	if got, want := len(fields()), 49; got != want {
+	if got, want := len(fields()), 50; got != want {
 		t.Errorf("got %d keys; want %d (update the doc.go table, example.yaml and this count)", got, want)
 	}
 }

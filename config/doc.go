@@ -76,6 +76,7 @@
 //	hot.cool_ticks                 10              1..10000 consecutive ticks below that line
 //	hot.overrides                  (none)          list of {pattern, read_rate, read_share, write_rate, write_share}
 //	metrics.hash_keys              false           true replaces key names by a short hash in metrics and the API
+//	metrics.key_min_ratio          0.3             [0, 1]: per-key series only for keys hot, mitigated, predicted, or at ratio × threshold; 0: every top-k key
 //	mitigate.modes.l1              enforce         observe, recommend or enforce (also for the three below)
 //	mitigate.modes.copies          observe
 //	mitigate.modes.sharded_counter observe

@@ -83,13 +83,15 @@ func TestLoadPrecedence(t *testing.T) {
 			env: map[string]string{"HOTKEYD_DETECTOR_TOPK": "250", "HOTKEYD_HOT_READ_SHARE": "0.1"}},
 			func(c *Config) { c.HTTP.Listen = "10.0.0.1:1"; c.Detector.TopK = 250; c.Hot.Read.Share = 0.1 }},
 		{loadCase{name: "env of every kind", env: map[string]string{
-			"HOTKEYD_DETECTOR_WINDOW":   "2s",
-			"HOTKEYD_METRICS_HASH_KEYS": "true",
-			"HOTKEYD_HOT_MIN_RATE":      "12.5",
-			"HOTKEYD_LOG_FORMAT":        "json",
-			"HOTKEYD_AUTH_TOKEN":        "s3cret",
-			"HOTKEYD_PROXY_MULTIPLEX":   "false",
+			"HOTKEYD_DETECTOR_WINDOW":       "2s",
+			"HOTKEYD_METRICS_HASH_KEYS":     "true",
+			"HOTKEYD_HOT_MIN_RATE":          "12.5",
+			"HOTKEYD_LOG_FORMAT":            "json",
+			"HOTKEYD_AUTH_TOKEN":            "s3cret",
+			"HOTKEYD_PROXY_MULTIPLEX":       "false",
+			"HOTKEYD_METRICS_KEY_MIN_RATIO": "0",
 		}}, func(c *Config) {
+			c.Metrics.KeyMinRatio = 0
 			c.Proxy.Multiplex = false
 			c.Detector.Window = 2 * time.Second
 			c.Metrics.HashKeys = true
@@ -433,6 +435,7 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 		{Pattern: "123", WriteShare: 1},
 	}
 	custom.Metrics.HashKeys = true
+	custom.Metrics.KeyMinRatio = 0.25
 	custom.Log = Log{Level: "warn", Format: "json"}
 	custom.Registry.Events = []Event{
 		finalEvent(),

@@ -119,6 +119,9 @@ func (c Config) Validate() error {
 		v.add("hot.cool_ratio", h.CoolRatio, "is out of range", "use a fraction in (0, 1)")
 	}
 	v.intRange("hot.cool_ticks", h.CoolTicks, 1, 10000)
+	if r := c.Metrics.KeyMinRatio; !(r >= 0 && r <= 1) {
+		v.add("metrics.key_min_ratio", r, "is out of range", "use a fraction of the hot threshold in [0, 1]; 0 exports every top-k key")
+	}
 	patterns := make(map[string]int, len(h.Overrides))
 	for i, o := range h.Overrides {
 		key := fmt.Sprintf("hot.overrides[%d]", i)

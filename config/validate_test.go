@@ -97,6 +97,9 @@ func TestValidateRejects(t *testing.T) {
 		{"hot.min_rate NaN", func(c *Config) { c.Hot.MinRate = nan }, "hot.min_rate: NaN is out of range"},
 		{"hot.cool_ratio", func(c *Config) { c.Hot.CoolRatio = 1 }, "hot.cool_ratio: 1 is out of range; use a fraction in (0, 1)"},
 		{"hot.cool_ticks", func(c *Config) { c.Hot.CoolTicks = 0 }, "hot.cool_ticks: 0 is out of range"},
+		{"metrics.key_min_ratio", func(c *Config) { c.Metrics.KeyMinRatio = 1.5 }, "metrics.key_min_ratio: 1.5 is out of range; use a fraction of the hot threshold in [0, 1]"},
+		{"metrics.key_min_ratio negative", func(c *Config) { c.Metrics.KeyMinRatio = -0.1 }, "metrics.key_min_ratio: -0.1 is out of range"},
+		{"metrics.key_min_ratio NaN", func(c *Config) { c.Metrics.KeyMinRatio = nan }, "metrics.key_min_ratio: NaN is out of range"},
 		{"override pattern empty", func(c *Config) { c.Hot.Overrides = []Override{{ReadRate: 1}} }, `hot.overrides[0].pattern: "" is empty`},
 		{"override pattern star inside", func(c *Config) { c.Hot.Overrides = []Override{{Pattern: "a*b", ReadRate: 1}} }, `hot.overrides[0].pattern: "a*b" has a "*" before its end`},
 		{"override pattern twice", func(c *Config) {

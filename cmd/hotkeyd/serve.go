@@ -83,6 +83,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return a.Run(ctx)
 }
 
+// keyMinRatio is metrics.key_min_ratio as agent.Options takes it: 0 (every top-k key)
+// is negative there, where 0 picks the default.
+func keyMinRatio(r float64) float64 {
+	if r == 0 {
+		return -1
+	}
+	return r
+}
+
 // agentOptions turns the configuration into the agent's options, sources included.
 func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 	rules := detector.Rules{
@@ -120,6 +129,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 		MaxBodyBytes:        int64(cfg.HTTP.MaxBodyBytes),
 		MaxSamplesPerReport: cfg.Limits.MaxSamplesPerReport,
 		HashKeys:            cfg.Metrics.HashKeys,
+		KeyMinRatio:         keyMinRatio(cfg.Metrics.KeyMinRatio),
 		RedisAddrs:          cfg.Redis.Addrs,
 		Planner:             plannerOptions(cfg.Mitigate),
 		CopyRefresh:         cfg.Mitigate.CopyRefresh,
