@@ -441,16 +441,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// writeError writes every {"error":"…"} body of the API, whatever the status: compact
-// JSON and a newline, with the headers that sampler gives its answers to POST /v1/samples
-// (which it writes itself), so that every error has one format.
+// writeError writes every {"error":"…"} body of the API, whatever the status, with the
+// function POST /v1/samples answers with too: one format for every error.
 func writeError(w http.ResponseWriter, status int, msg string) {
-	body, _ := json.Marshal(struct {
-		Error string `json:"error"`
-	}{strings.TrimSpace(msg)})
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	sampler.WriteJSONError(w, status, msg)
 }

@@ -438,7 +438,7 @@ type httpHandler struct {
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeJSONError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed; use POST", r.Method))
+		WriteJSONError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed; use POST", r.Method))
 		return
 	}
 	if err := CheckContentEncoding(r.Header); err != nil {
@@ -481,7 +481,7 @@ func (h *httpHandler) refuse(w http.ResponseWriter, r *http.Request, status int,
 	if unlogged, ok := h.dropLog.due(); ok {
 		h.dropLog.warn(unlogged, r.RemoteAddr, source, reason, err)
 	}
-	writeJSONError(w, status, err.Error())
+	WriteJSONError(w, status, err.Error())
 }
 
 // CheckContentEncoding returns an error, for a 415 answer, when the header names a
@@ -499,12 +499,15 @@ func CheckContentEncoding(h http.Header) error {
 	return nil
 }
 
-func writeJSONError(w http.ResponseWriter, status int, msg string) {
+// WriteJSONError answers status with the body {"error":"msg"} (msg trimmed), compact and
+// ending in a newline: every error of the agent's HTTP API has this one format.
+func WriteJSONError(w http.ResponseWriter, status int, msg string) {
 	body, _ := json.Marshal(struct {
 		Error string `json:"error"`
-	}{msg})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	}{strings.TrimSpace(msg)})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	_, _ = w.Write(append(body, '\n'))
 }
