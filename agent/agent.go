@@ -301,7 +301,7 @@ func (a *Agent) Accept(b sampler.Batch) {
 		}
 		n := weight(s.Count, scale)
 		items = append(items, detector.Item{
-			Key: key, Write: s.Op == sampler.OpWrite, Flags: flags, N: n,
+			Key: key, Write: s.Op == sampler.OpWrite, Flags: flags, N: n, Samples: s.Count,
 			Size: uint32(min(uint64(s.Bytes)*uint64(n), math.MaxUint32)),
 		})
 		if len(items) == cap(items) || i == len(b.Samples)-1 {

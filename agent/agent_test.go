@@ -218,7 +218,7 @@ func TestPerKeySeriesFollowTopK(t *testing.T) {
 		t.Fatalf("no series for key a:\n%s", body)
 	}
 	// a goes quiet; after the window passes it leaves the top-k and its series go.
-	feed(a, c, "b", 100, 2*time.Second)
+	feed(a, c, "b", 1000, 2*time.Second)
 	body = do(t, h, "GET", "/metrics", "").Body.String()
 	if strings.Contains(body, `key="a"`) {
 		t.Errorf("series for key a remain after it left the top-k")

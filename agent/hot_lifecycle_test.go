@@ -331,3 +331,28 @@ func TestWriteHotOutsideCombinedRanking(t *testing.T) {
 		t.Errorf("hotkeyd_hot_keys %v; want 1", g)
 	}
 }
+
+// TestQuietAgentNoSurprises: an agent that sees 1,500 requests a second sampled 1 in 100,
+// spread over many keys, has no hot key; before hot.min_samples, each key it sampled once
+// (100/s, 6.7 % of its traffic) turned hot by share and counted as a surprise, which
+// HotkeydUnpredictedHotKey pages on. With the floor off the same traffic does that.
+func TestQuietAgentNoSurprises(t *testing.T) {
+	for _, minSamples := range []int{5, 0} {
+		rules := detector.DefaultRules()
+		rules.MinSamples = minSamples
+		a, c, _ := newTestAgent(t, Options{Rules: &rules})
+		flows := make([]flow, 150) // 150 keys at 5–14/s (out of step): 1,425/s in all
+		for i := range flows {
+			flows[i] = flow{key: fmt.Sprint("user:", i), rate: float64(5 + i%10), sampleRate: 0.01}
+		}
+		drive(a, c, 20*time.Second, true, flows...)
+		got := testutil.ToFloat64(a.metrics.surprises)
+		t.Logf("min_samples %d: %v surprise hot keys", minSamples, got)
+		switch {
+		case minSamples > 0 && got != 0:
+			t.Errorf("min_samples %d: %v surprise hot keys in quiet traffic; want 0", minSamples, got)
+		case minSamples == 0 && got == 0:
+			t.Errorf("min_samples 0: no surprise hot key; the test cannot tell")
+		}
+	}
+}

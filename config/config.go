@@ -147,6 +147,11 @@ type Hot struct {
 	// MinRate is the rate in requests per second below which a key is never hot by share
 	// alone, so that a quiet system does not call its busiest key hot. Default 100; ≥ 0.
 	MinRate float64 `yaml:"min_rate"`
+	// MinSamples is how many samples a key's reads (or writes) in the window must stand
+	// for before they count towards a threshold, so that a key seen once or twice is not
+	// hot: one sample of 1 in 100 reads as 100/s, 5 % of an agent that sees 2,000/s.
+	// Default 5; allowed 0..1000000, 0 is off.
+	MinSamples int `yaml:"min_samples"`
 	// CoolRatio: a hot key cools when its rate stays below CoolRatio × its threshold.
 	// Default 0.7; allowed (0, 1).
 	CoolRatio float64 `yaml:"cool_ratio"`
@@ -299,11 +304,12 @@ func Default() Config {
 		},
 		Limits: Limits{MaxKeyBytes: 512, MaxSamplesPerReport: 10000},
 		Hot: Hot{
-			Read:      Threshold{Rate: 1000, Share: 0.05},
-			Write:     Threshold{Rate: 500, Share: 0.05},
-			MinRate:   100,
-			CoolRatio: 0.7,
-			CoolTicks: 10,
+			Read:       Threshold{Rate: 1000, Share: 0.05},
+			Write:      Threshold{Rate: 500, Share: 0.05},
+			MinRate:    100,
+			MinSamples: 5,
+			CoolRatio:  0.7,
+			CoolTicks:  10,
 		},
 		Metrics:  Metrics{KeyMinRatio: 0.3},
 		Log:      Log{Level: "info", Format: "text"},

@@ -72,6 +72,7 @@
 //	hot.write.rate                 500             > 0 requests/s
 //	hot.write.share                0.05            (0, 1] share of all traffic
 //	hot.min_rate                   100             ≥ 0: below it a key is never hot by share alone
+//	hot.min_samples                5               0..1000000: a key's reads or writes count only once they stand for this many samples; 0: off
 //	hot.cool_ratio                 0.7             (0, 1): a hot key cools below ratio × threshold
 //	hot.cool_ticks                 10              1..10000 consecutive ticks below that line
 //	hot.overrides                  (none)          list of {pattern, read_rate, read_share, write_rate, write_share}

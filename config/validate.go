@@ -115,6 +115,7 @@ func (c Config) Validate() error {
 	if !(h.MinRate >= 0) || math.IsInf(h.MinRate, 0) {
 		v.add("hot.min_rate", h.MinRate, "is out of range", "use a rate in requests per second ≥ 0")
 	}
+	v.intRange("hot.min_samples", h.MinSamples, 0, 1_000_000)
 	if !(h.CoolRatio > 0 && h.CoolRatio < 1) {
 		v.add("hot.cool_ratio", h.CoolRatio, "is out of range", "use a fraction in (0, 1)")
 	}

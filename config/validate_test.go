@@ -95,6 +95,7 @@ func TestValidateRejects(t *testing.T) {
 		{"hot.write.share", func(c *Config) { c.Hot.Write.Share = 0 }, "hot.write.share: 0 is out of range; use a fraction in (0, 1]"},
 		{"hot.min_rate", func(c *Config) { c.Hot.MinRate = -5 }, "hot.min_rate: -5 is out of range"},
 		{"hot.min_rate NaN", func(c *Config) { c.Hot.MinRate = nan }, "hot.min_rate: NaN is out of range"},
+		{"hot.min_samples", func(c *Config) { c.Hot.MinSamples = -1 }, "hot.min_samples: -1 is out of range"},
 		{"hot.cool_ratio", func(c *Config) { c.Hot.CoolRatio = 1 }, "hot.cool_ratio: 1 is out of range; use a fraction in (0, 1)"},
 		{"hot.cool_ticks", func(c *Config) { c.Hot.CoolTicks = 0 }, "hot.cool_ticks: 0 is out of range"},
 		{"metrics.key_min_ratio", func(c *Config) { c.Metrics.KeyMinRatio = 1.5 }, "metrics.key_min_ratio: 1.5 is out of range; use a fraction of the hot threshold in [0, 1]"},

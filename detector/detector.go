@@ -134,14 +134,15 @@ func (d *Detector) Options() Options { return d.opts }
 // tools agree on it.
 func Hash(key []byte) uint64 { return xxhash.Sum64(key) }
 
-// Add counts n requests (already scaled to full traffic) on key, a write when write is
-// true, moving size bytes in all (0 when unknown; counted only with Options.Bytes). flags
-// are kept with the key while it is ranked. key is copied only if it enters a ranking.
+// Add counts n requests (already scaled to full traffic) on key, one sample, a write when
+// write is true, moving size bytes in all (0 when unknown; counted only with
+// Options.Bytes). flags are kept with the key while it is ranked. key is copied only if it
+// enters a ranking.
 func (d *Detector) Add(key []byte, write bool, flags uint8, n, size uint32) {
 	h := xxhash.Sum64(key)
 	s := &d.shards[h>>d.shift&uint64(len(d.shards)-1)]
 	s.mu.Lock()
-	s.add(h, key, write, flags, n, size)
+	s.add(h, key, write, flags, n, size, 1)
 	s.mu.Unlock()
 }
 
@@ -152,6 +153,9 @@ type Item struct {
 	Flags uint8
 	N     uint32 // requests, already scaled to full traffic
 	Size  uint32 // bytes moved in all, 0 when unknown
+	// Samples is how many sampled requests the item stands for, N being their weight in
+	// all; 0 is read as 1. Ranked keys keep the weight of one sample (Key.Weight).
+	Samples uint32
 
 	hash uint64 // filled by AddBatch
 }
@@ -177,20 +181,24 @@ func (d *Detector) AddBatch(items []Item) {
 			if int(it.hash>>d.shift&mask) != si {
 				continue
 			}
-			s.add(it.hash, it.Key, it.Write, it.Flags, it.N, it.Size)
+			s.add(it.hash, it.Key, it.Write, it.Flags, it.N, it.Size, max(it.Samples, 1))
 		}
 		s.mu.Unlock()
 	}
 }
 
 // add is the per-sample core, under s.mu.
-func (s *shard) add(h uint64, key []byte, write bool, flags uint8, n, size uint32) {
+func (s *shard) add(h uint64, key []byte, write bool, flags uint8, n, size, samples uint32) {
 	op, rank, other := 0, Reads, Writes
 	if write {
 		op, rank, other = 1, Writes, Reads
 	}
+	w := n // the weight of one sample
+	if samples > 1 {
+		w = n / samples
+	}
 	mine := uint64(s.counts[op].Add(h, n))
-	s.rank[rank].Offer(h, key, mine, flags)
+	s.rank[rank].Offer(h, key, mine, flags, w)
 	// The combined ranking takes the other operation's count from its ranking when the key
 	// is ranked there, which costs no memory access outside the heaps. Else from its
 	// sketch, when the key is held in the combined ranking (so that it is not offered its
@@ -202,11 +210,11 @@ func (s *shard) add(h uint64, key []byte, write bool, flags uint8, n, size uint3
 	if theirs == 0 && (2*mine >= s.rank[All].Min() || s.rank[All].Count(h) > 0) {
 		theirs = uint64(s.counts[1-op].Estimate(h))
 	}
-	s.rank[All].Offer(h, key, mine+theirs, flags)
+	s.rank[All].Offer(h, key, mine+theirs, flags, w)
 	s.distinct.Insert(h)
 	s.totals[s.cur][op] += uint64(n)
 	if size > 0 && s.bytes != nil {
-		s.rank[Bytes].Offer(h, key, uint64(s.bytes.Add(h, size)), flags)
+		s.rank[Bytes].Offer(h, key, uint64(s.bytes.Add(h, size)), flags, w)
 	}
 }
 
@@ -275,6 +283,9 @@ type Key struct {
 	Writes uint64 // estimated writes over the window
 	Bytes  uint64 // estimated bytes moved over the window; 0 unless Options.Bytes
 	Flags  uint8
+	// Weight is the largest weight of one sample of the key (the N of "1 in N") since it
+	// entered the ranking: Reads ÷ Weight is about how many samples Reads rests on.
+	Weight uint32
 	// TickReads and TickWrites are the estimates for the current tick alone (see
 	// Snapshot.TickSpan): a sharper, noisier view of the key's rate right now.
 	TickReads, TickWrites uint64
@@ -345,6 +356,7 @@ func (d *Detector) snapshot(now time.Time, ranking, n int, distinct bool) Snapsh
 				Reads:  uint64(s.counts[0].Estimate(e.Hash)),
 				Writes: uint64(s.counts[1].Estimate(e.Hash)),
 				Flags:  e.Flags,
+				Weight: e.Weight,
 
 				TickReads:  uint64(s.counts[0].EstimateTick(e.Hash)),
 				TickWrites: uint64(s.counts[1].EstimateTick(e.Hash)),

@@ -30,6 +30,13 @@ type Rules struct {
 	// MinRate keeps quiet keys from being hot by share alone: a key below this rate (of the
 	// operation) is never hot by share. Default: 100/s.
 	MinRate float64
+	// MinSamples keeps keys seen in too few samples from being hot: an operation of a key
+	// counts towards a threshold, by rate or by share, only once its count over the window
+	// stands for at least MinSamples samples of the key's weight (Key.Weight). One sample
+	// of 1 in 100 reads as 100 requests a second over a one-second window, enough by share
+	// for every key of an agent that sees under 2,000 requests a second; five such samples
+	// (500/s) give a rate known to about ±45 %. 0 is off. Default: 5.
+	MinSamples int
 	// CoolRatio: a hot key cools once it stays below CoolRatio × its threshold. In (0, 1).
 	// Default: 0.7.
 	CoolRatio float64
@@ -39,14 +46,18 @@ type Rules struct {
 	Overrides []Override
 }
 
+// maxMinSamples bounds Rules.MinSamples.
+const maxMinSamples = 1_000_000
+
 // DefaultRules returns the rules with every default filled in.
 func DefaultRules() Rules {
 	return Rules{
-		Read:      Threshold{Rate: 1000, Share: 0.05},
-		Write:     Threshold{Rate: 500, Share: 0.05},
-		MinRate:   100,
-		CoolRatio: 0.7,
-		CoolTicks: 10,
+		Read:       Threshold{Rate: 1000, Share: 0.05},
+		Write:      Threshold{Rate: 500, Share: 0.05},
+		MinRate:    100,
+		MinSamples: 5,
+		CoolRatio:  0.7,
+		CoolTicks:  10,
 	}
 }
 
@@ -66,6 +77,9 @@ func (r Rules) Validate() error {
 	}
 	if err := check("write", r.Write); err != nil {
 		return err
+	}
+	if r.MinSamples < 0 || r.MinSamples > maxMinSamples {
+		return fmt.Errorf("min samples %d: must be in [0, %d]", r.MinSamples, maxMinSamples)
 	}
 	if !(r.CoolRatio > 0 && r.CoolRatio < 1) {
 		return fmt.Errorf("cool ratio %v: must be in (0, 1)", r.CoolRatio)
@@ -199,7 +213,19 @@ func (t *Tracker) Update(s *Snapshot) ([]Level, []Change) {
 			lv.Share = (lv.ReadRate + lv.WriteRate) / total
 		}
 		rt, wt := t.rules.thresholds(k.Key)
-		lv.Level = t.rules.both(rt, wt, lv.ReadRate, lv.WriteRate, total)
+		// An operation seen in fewer than MinSamples samples counts as no traffic for the
+		// thresholds; its rate is still reported. The tick's own level below has no floor:
+		// it dates the start of an episode, and the time the window then takes to gather
+		// the samples is part of the detection delay.
+		readRate, writeRate := lv.ReadRate, lv.WriteRate
+		floor := t.rules.floor(&k)
+		if float64(k.Reads) < floor {
+			readRate = 0
+		}
+		if float64(k.Writes) < floor {
+			writeRate = 0
+		}
+		lv.Level = t.rules.both(rt, wt, readRate, writeRate, total)
 		tickLevel := 0.0
 		if s.TickSpan > 0 {
 			sec := s.TickSpan.Seconds()
@@ -231,6 +257,12 @@ func (t *Tracker) Update(s *Snapshot) ([]Level, []Change) {
 		}
 	}
 	return levels, changes
+}
+
+// floor returns the least count of one operation of a key, over the window, that stands
+// for MinSamples samples of the key's weight; 0 when the rule is off or the weight unknown.
+func (r *Rules) floor(k *Key) float64 {
+	return float64(r.MinSamples) * float64(k.Weight)
 }
 
 // both returns the higher of the read and write levels; total is the rate of all traffic.

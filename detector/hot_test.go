@@ -1,6 +1,8 @@
 package detector
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ func TestRulesValidate(t *testing.T) {
 	}{
 		{func(r *Rules) { r.Read.Rate = -1 }, "read rate -1"},
 		{func(r *Rules) { r.Write.Share = 1.5 }, "write share 1.5"},
+		{func(r *Rules) { r.MinSamples = -1 }, "min samples -1"},
 		{func(r *Rules) { r.CoolRatio = 1 }, "cool ratio 1"},
 		{func(r *Rules) { r.CoolTicks = 0 }, "cool ticks 0"},
 		{func(r *Rules) { r.Overrides = []Override{{Pattern: "a*b*"}} }, `pattern "a*b*"`},
@@ -146,4 +149,92 @@ func TestDelayAndForget(t *testing.T) {
 	if len(tr.states) != 0 {
 		t.Errorf("%d states kept after the key left and cooled; want 0", len(tr.states))
 	}
+}
+
+// TestMinSamples runs sampled traffic through a real Detector into a Tracker.
+func TestMinSamples(t *testing.T) {
+	type source struct {
+		key      string
+		every    uint32 // the weight of one sample: 1 in every
+		perTick  int    // samples in each 100 ms tick
+		oneEvery int    // else one sample every oneEvery ticks
+	}
+	// run sends the sources and a background, bgPerTick samples of 1 in 100 a tick, each
+	// of a key of its own, for 5 s, and returns the keys that turned hot.
+	run := func(t *testing.T, minSamples int, bgPerTick int, sources ...source) map[string]bool {
+		t.Helper()
+		rules := DefaultRules()
+		rules.MinSamples = minSamples
+		d, err := New(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := NewTracker(rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hot := map[string]bool{}
+		now, noise := t0, 0
+		d.Advance(now)
+		for tick := range 50 {
+			var items []Item
+			for range bgPerTick {
+				noise++
+				items = append(items, Item{Key: fmt.Appendf(nil, "bg:%d", noise), N: 100})
+			}
+			for _, s := range sources {
+				n := s.perTick
+				if s.oneEvery > 0 && tick%s.oneEvery == 0 {
+					n = 1
+				}
+				for range n {
+					items = append(items, Item{Key: []byte(s.key), N: s.every})
+				}
+			}
+			d.AddBatch(items)
+			now = now.Add(100 * time.Millisecond)
+			d.Advance(now)
+			snap := d.Ranked(now, All, 0)
+			_, changes := tr.Update(&snap)
+			for _, c := range changes {
+				if c.Hot {
+					hot[c.Key] = true
+				}
+			}
+		}
+		return hot
+	}
+	only := func(t *testing.T, hot map[string]bool, want ...string) {
+		t.Helper()
+		var got []string
+		for k := range hot {
+			got = append(got, k)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("hot keys %v; want %v", got[:min(len(got), 8)], want)
+		}
+	}
+
+	// A quiet agent: 1,500 requests/s sampled 1 in 100, 15 samples a second, the
+	// background's each of a key of its own. A key seen once reads as 100/s, 6.7 % of the
+	// traffic: hot by share without the floor. warm, 500/s of it at 1 in 50 (10 samples a
+	// window), is hot by share with the floor too.
+	warm := source{key: "warm", every: 50, perTick: 1}
+	t.Run("quiet", func(t *testing.T) {
+		only(t, run(t, 5, 1, warm), "warm")
+		if hot := run(t, 0, 1, warm); len(hot) < 20 {
+			t.Errorf("with MinSamples 0, %d keys turned hot; want the background's too", len(hot))
+		}
+	})
+	// A heavily sampled source, 1 in 10,000, in busy traffic (so no key is near 5 %): one
+	// sample reads as 10,000/s, ten times the read threshold. heavy is seen in every tick.
+	rare := source{key: "rare", every: 10_000, oneEvery: 20}
+	heavy := source{key: "heavy", every: 10_000, perTick: 1}
+	t.Run("sparse", func(t *testing.T) {
+		only(t, run(t, 5, 100, rare, heavy), "heavy")
+		if hot := run(t, 0, 100, rare, heavy); !hot["rare"] {
+			t.Errorf("with MinSamples 0, rare did not turn hot; the test cannot tell")
+		}
+	})
 }

@@ -36,7 +36,7 @@ func BenchmarkUpdate(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		j := i % len(keys)
-		s.add(hashes[j], keys[j], i&7 == 0, 0, 1, 0)
+		s.add(hashes[j], keys[j], i&7 == 0, 0, 1, 0, 1)
 	}
 	sink += s.totals[s.cur][0]
 }

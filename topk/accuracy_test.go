@@ -39,7 +39,7 @@ func run(t *testing.T, keys []string, p float64, seed uint64) score {
 			continue
 		}
 		h := xxhash.Sum64String(k)
-		tk.Offer(h, []byte(k), uint64(cm.Add(h, w)), 0)
+		tk.Offer(h, []byte(k), uint64(cm.Add(h, w)), 0, 0)
 	}
 	exact := dataset.Exact(keys)
 	got := tk.AppendEntries(nil)
@@ -128,7 +128,7 @@ func TestNegativeControl(t *testing.T) {
 	tk, _ := topk.New(topk.Options{K: 100})
 	for _, k := range tr.Keys {
 		h := xxhash.Sum64String(k)
-		tk.Offer(h, []byte(k), uint64(cm.Add(h, 1)), 0)
+		tk.Offer(h, []byte(k), uint64(cm.Add(h, 1)), 0, 0)
 	}
 	limit := uint64(0.01 * float64(len(tr.Keys)))
 	for _, e := range tk.AppendEntries(nil) {

@@ -25,6 +25,6 @@ func BenchmarkOffer(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		k := seq[i&(len(seq)-1)]
 		counts[k]++
-		tk.Offer(k*0x9e3779b97f4a7c15, keys[k], counts[k], 0)
+		tk.Offer(k*0x9e3779b97f4a7c15, keys[k], counts[k], 0, 0)
 	}
 }

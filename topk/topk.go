@@ -25,14 +25,19 @@ type Entry struct {
 	Hash  uint64
 	Count uint64 // the estimate last offered or refreshed
 	Flags uint8  // the union of the flags offered with the key since it entered
+	// Weight is the largest weight of one sample (how many requests it stands for)
+	// offered with the key since it entered: Count ÷ Weight is at least about how many
+	// samples the count rests on.
+	Weight uint32
 }
 
 // slot is a heap element. key is a buffer reused when the slot takes another key.
 type slot struct {
-	hash  uint64
-	count uint64
-	flags uint8
-	key   []byte
+	hash   uint64
+	count  uint64
+	flags  uint8
+	weight uint32
+	key    []byte
 }
 
 // TopK is a min-heap of the k keys with the largest estimates, indexed by hash.
@@ -72,12 +77,14 @@ func (t *TopK) Min() uint64 {
 
 // Offer tells the TopK that the key with hash h and bytes key now has estimate count. A
 // key already held takes the new count (up or down); a new key enters if there is room or
-// its count beats the smallest held, which it replaces. flags are OR-ed into the entry.
-// key is copied only when the key enters.
-func (t *TopK) Offer(h uint64, key []byte, count uint64, flags uint8) {
+// its count beats the smallest held, which it replaces. flags are OR-ed into the entry, and
+// the entry keeps the largest weight (requests per sample) offered; 0 when unknown. key is
+// copied only when the key enters.
+func (t *TopK) Offer(h uint64, key []byte, count uint64, flags uint8, weight uint32) {
 	if i := t.index.get(h); i >= 0 {
 		s := &t.heap[i]
 		s.flags |= flags
+		s.weight = max(s.weight, weight)
 		old := s.count
 		s.count = count
 		if count > old {
@@ -92,7 +99,7 @@ func (t *TopK) Offer(h uint64, key []byte, count uint64, flags uint8) {
 		if n := len(t.spare); n > 0 {
 			buf, t.spare = t.spare[n-1], t.spare[:n-1]
 		}
-		t.heap = append(t.heap, slot{hash: h, count: count, flags: flags, key: append(buf[:0], key...)})
+		t.heap = append(t.heap, slot{hash: h, count: count, flags: flags, weight: weight, key: append(buf[:0], key...)})
 		i := len(t.heap) - 1
 		t.index.put(h, i)
 		t.up(i)
@@ -103,7 +110,7 @@ func (t *TopK) Offer(h uint64, key []byte, count uint64, flags uint8) {
 	}
 	root := &t.heap[0]
 	t.index.del(root.hash)
-	root.hash, root.count, root.flags = h, count, flags
+	root.hash, root.count, root.flags, root.weight = h, count, flags, weight
 	root.key = append(root.key[:0], key...)
 	t.index.put(h, 0)
 	t.down(0)
@@ -150,7 +157,7 @@ func (t *TopK) Reset() { t.Refresh(func(uint64) uint64 { return 0 }) }
 func (t *TopK) AppendEntries(dst []Entry) []Entry {
 	start := len(dst)
 	for _, s := range t.heap {
-		dst = append(dst, Entry{Key: string(s.key), Hash: s.hash, Count: s.count, Flags: s.flags})
+		dst = append(dst, Entry{Key: string(s.key), Hash: s.hash, Count: s.count, Flags: s.flags, Weight: s.weight})
 	}
 	SortEntries(dst[start:])
 	return dst

@@ -44,7 +44,7 @@ func TestExactCounts(t *testing.T) {
 	for i := 0; i < 200_000; i++ {
 		h := z.Uint64()
 		counts[h]++
-		tk.Offer(h, []byte(fmt.Sprint("key", h)), counts[h], 0)
+		tk.Offer(h, []byte(fmt.Sprint("key", h)), counts[h], 0, 0)
 	}
 	check(t, tk)
 	type kc struct{ h, c uint64 }
@@ -70,18 +70,18 @@ func TestExactCounts(t *testing.T) {
 func TestOfferDownAndRefresh(t *testing.T) {
 	tk, _ := New(Options{K: 3})
 	for i, c := range []uint64{10, 20, 30} {
-		tk.Offer(uint64(i), []byte{byte('a' + i)}, c, 1<<i)
+		tk.Offer(uint64(i), []byte{byte('a' + i)}, c, 1<<i, 0)
 	}
-	tk.Offer(9, []byte("z"), 5, 0) // too small to enter
+	tk.Offer(9, []byte("z"), 5, 0, 0) // too small to enter
 	if tk.Contains(9) || tk.Min() != 10 {
 		t.Fatalf("a key below the minimum entered (min %d)", tk.Min())
 	}
-	tk.Offer(2, []byte("c"), 1, 0) // a held key falls
+	tk.Offer(2, []byte("c"), 1, 0, 0) // a held key falls
 	check(t, tk)
 	if tk.Min() != 1 {
 		t.Errorf("min after a fall: %d; want 1", tk.Min())
 	}
-	tk.Offer(9, []byte("z"), 5, 0) // now it displaces c
+	tk.Offer(9, []byte("z"), 5, 0, 0) // now it displaces c
 	if tk.Contains(2) || !tk.Contains(9) {
 		t.Errorf("z did not displace c")
 	}
@@ -139,12 +139,28 @@ func TestOfferAllocs(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	offer := func() {
 		i := r.IntN(len(keys))
-		tk.Offer(uint64(i)*0x9e3779b97f4a7c15, keys[i], r.Uint64N(1000), 0)
+		tk.Offer(uint64(i)*0x9e3779b97f4a7c15, keys[i], r.Uint64N(1000), 0, 0)
 	}
 	for i := 0; i < 10_000; i++ { // let key buffers grow
 		offer()
 	}
 	if n := testing.AllocsPerRun(10_000, offer); n != 0 {
 		t.Errorf("Offer: %v allocs; want 0", n)
+	}
+}
+
+// TestWeight: an entry keeps the largest weight offered while it is held, and a key that
+// takes over a slot starts from its own.
+func TestWeight(t *testing.T) {
+	tk, _ := New(Options{K: 1})
+	tk.Offer(1, []byte("a"), 10, 0, 100)
+	tk.Offer(1, []byte("a"), 11, 0, 10_000)
+	tk.Offer(1, []byte("a"), 12, 0, 1)
+	if e := tk.AppendEntries(nil); e[0].Weight != 10_000 {
+		t.Errorf("a's weight %d; want the largest offered, 10000", e[0].Weight)
+	}
+	tk.Offer(2, []byte("b"), 50, 0, 7) // takes a's slot
+	if e := tk.AppendEntries(nil); e[0].Key != "b" || e[0].Weight != 7 {
+		t.Errorf("entry %+v; want b with weight 7", e[0])
 	}
 }

@@ -95,11 +95,12 @@ func keyMinRatio(r float64) float64 {
 // agentOptions turns the configuration into the agent's options, sources included.
 func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 	rules := detector.Rules{
-		Read:      detector.Threshold(cfg.Hot.Read),
-		Write:     detector.Threshold(cfg.Hot.Write),
-		MinRate:   cfg.Hot.MinRate,
-		CoolRatio: cfg.Hot.CoolRatio,
-		CoolTicks: cfg.Hot.CoolTicks,
+		Read:       detector.Threshold(cfg.Hot.Read),
+		Write:      detector.Threshold(cfg.Hot.Write),
+		MinRate:    cfg.Hot.MinRate,
+		MinSamples: cfg.Hot.MinSamples,
+		CoolRatio:  cfg.Hot.CoolRatio,
+		CoolTicks:  cfg.Hot.CoolTicks,
 	}
 	for _, o := range cfg.Hot.Overrides {
 		rules.Overrides = append(rules.Overrides, detector.Override{
