@@ -328,10 +328,19 @@ func NewExecutor(o ExecutorOptions) (*Executor, error) {
 	if o.Registry != nil {
 		e.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hotkeyd_mitigation_actions_total",
-			Help: "Actions the agent carried out in Redis for enforced mitigations, by kind (copies, sharded_counter) and action (copy_write, copy_refresh, copy_delete, copy_kept_claimed, counter_fold, counter_recover, error).",
+			Help: "Actions the agent carried out in Redis for enforced mitigations, by kind (copies, sharded_counter; empty for the scans for leftovers) and action (copy_write, copy_refresh, copy_delete, copy_kept_claimed, counter_fold, counter_recover, counter_kept_claimed, error).",
 		}, []string{"kind", "action"})
 		if err := o.Registry.Register(e.actions); err != nil {
 			return nil, fmt.Errorf("mitigate: executor: register metrics: %w", err)
+		}
+		for kind, actions := range map[Kind][]string{
+			Copies:         {ActionCopyWrite, ActionCopyRefresh, ActionCopyDelete, ActionCopyKeptClaimed, ActionError},
+			ShardedCounter: {ActionCounterFold, ActionCounterRecover, ActionCounterKeptClaimed, ActionError},
+			"":             {ActionError}, // the scans for leftovers, which serve both kinds
+		} {
+			for _, a := range actions {
+				e.actions.WithLabelValues(string(kind), a)
+			}
 		}
 	}
 	return e, nil

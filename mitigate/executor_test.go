@@ -282,6 +282,11 @@ func TestNewExecutorOptions(t *testing.T) {
 	if _, err := NewExecutor(ExecutorOptions{Redis: c, Registry: reg}); err != nil {
 		t.Fatal(err)
 	}
+	// Every series exists at 0 from the start, so that rate() and increase() see the first
+	// action (a counter that appears at 1 reads as no increase).
+	if n, err := testutil.GatherAndCount(reg, "hotkeyd_mitigation_actions_total"); err != nil || n != 10 {
+		t.Errorf("%d series of hotkeyd_mitigation_actions_total before any action (%v); want 10", n, err)
+	}
 	if _, err := NewExecutor(ExecutorOptions{Redis: c, Registry: reg}); err == nil {
 		t.Errorf("second executor on one registry: got nil; want a registration error")
 	}
