@@ -82,7 +82,7 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		keyRate:  prometheus.NewDesc("hotkeyd_key_rate", "Estimated requests per second of a key in the top-k, full traffic, by operation.", []string{"key", "op"}, nil),
 		keyShare: prometheus.NewDesc("hotkeyd_key_share", "A top-k key's share of all traffic (0 to 1).", []string{"key"}, nil),
 		keyHot:   prometheus.NewDesc("hotkeyd_key_hot", "1 while a top-k key is hot, else 0.", []string{"key"}, nil),
-		keyLevel: prometheus.NewDesc("hotkeyd_key_threshold_ratio", "A top-k key's rate over its hot threshold (1 = at the threshold); reads or writes seen in fewer than hot.min_samples samples count as 0.", []string{"key"}, nil),
+		keyLevel: prometheus.NewDesc("hotkeyd_key_threshold_ratio", "A top-k key's rate over its hot threshold (1 = at the threshold); reads or writes seen in fewer than hot.min_samples samples count as 0 until the key is hot.", []string{"key"}, nil),
 		keyMitigated: prometheus.NewDesc("hotkeyd_key_mitigated",
 			"1 for each mitigation kind enforced for a top-k key (withheld and observe-only ones aside); no series for a key without one.", []string{"key", "kind"}, nil),
 		traffic:  prometheus.NewDesc("hotkeyd_traffic_rate", "Estimated requests per second of all sampled traffic, by operation.", []string{"op"}, nil),

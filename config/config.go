@@ -148,8 +148,9 @@ type Hot struct {
 	// alone, so that a quiet system does not call its busiest key hot. Default 100; ≥ 0.
 	MinRate float64 `yaml:"min_rate"`
 	// MinSamples is how many samples a key's reads (or writes) in the window must stand
-	// for before they count towards a threshold, so that a key seen once or twice is not
-	// hot: one sample of 1 in 100 reads as 100/s, 5 % of an agent that sees 2,000/s.
+	// for before they count towards a threshold for turning hot, so that a key seen once
+	// or twice is not hot: one sample of 1 in 100 reads as 100/s, 5 % of an agent that sees
+	// 2,000/s. A hot key cools on its rates as they are.
 	// Default 5; allowed 0..1000000, 0 is off.
 	MinSamples int `yaml:"min_samples"`
 	// CoolRatio: a hot key cools when its rate stays below CoolRatio × its threshold.

@@ -30,12 +30,13 @@ type Rules struct {
 	// MinRate keeps quiet keys from being hot by share alone: a key below this rate (of the
 	// operation) is never hot by share. Default: 100/s.
 	MinRate float64
-	// MinSamples keeps keys seen in too few samples from being hot: an operation of a key
-	// counts towards a threshold, by rate or by share, only once its count over the window
-	// stands for at least MinSamples samples of the key's weight (Key.Weight). One sample
-	// of 1 in 100 reads as 100 requests a second over a one-second window, enough by share
-	// for every key of an agent that sees under 2,000 requests a second; five such samples
-	// (500/s) give a rate known to about ±45 %. 0 is off. Default: 5.
+	// MinSamples keeps keys seen in too few samples from turning hot: to turn hot, an
+	// operation of a key counts towards a threshold, by rate or by share, only once its
+	// count over the window stands for at least MinSamples samples of the key's weight
+	// (Key.Weight); a hot key cools on its rates as they are. One sample of 1 in 100 reads
+	// as 100 requests a second over a one-second window, enough by share for every key of
+	// an agent that sees under 2,000 requests a second; five such samples (500/s) give a
+	// rate known to about ±45 %. 0 is off. Default: 5.
 	MinSamples int
 	// CoolRatio: a hot key cools once it stays below CoolRatio × its threshold. In (0, 1).
 	// Default: 0.7.
@@ -213,19 +214,6 @@ func (t *Tracker) Update(s *Snapshot) ([]Level, []Change) {
 			lv.Share = (lv.ReadRate + lv.WriteRate) / total
 		}
 		rt, wt := t.rules.thresholds(k.Key)
-		// An operation seen in fewer than MinSamples samples counts as no traffic for the
-		// thresholds; its rate is still reported. The tick's own level below has no floor:
-		// it dates the start of an episode, and the time the window then takes to gather
-		// the samples is part of the detection delay.
-		readRate, writeRate := lv.ReadRate, lv.WriteRate
-		floor := t.rules.floor(&k)
-		if float64(k.Reads) < floor {
-			readRate = 0
-		}
-		if float64(k.Writes) < floor {
-			writeRate = 0
-		}
-		lv.Level = t.rules.both(rt, wt, readRate, writeRate, total)
 		tickLevel := 0.0
 		if s.TickSpan > 0 {
 			sec := s.TickSpan.Seconds()
@@ -237,6 +225,26 @@ func (t *Tracker) Update(s *Snapshot) ([]Level, []Change) {
 			t.states[k.Key] = st
 		}
 		st.seen = true
+		// To turn hot, an operation seen in fewer than MinSamples samples counts as no
+		// traffic; a hot key cools on its rates as they are. That is a hysteresis on the
+		// evidence: a key with about MinSamples samples a window would otherwise flap, in on
+		// a window with enough of them and out on the next without (at 1 in 100, a key at
+		// 300/s turned hot 111 times in 10 simulated minutes with the floor on both). The
+		// tick's level has no floor: it dates the start of an episode, and the time the
+		// window then takes to gather the samples is part of the detection delay.
+		if st.hot {
+			lv.Level = t.rules.both(rt, wt, lv.ReadRate, lv.WriteRate, total)
+		} else {
+			readRate, writeRate := lv.ReadRate, lv.WriteRate
+			floor := t.rules.floor(&k)
+			if float64(k.Reads) < floor {
+				readRate = 0
+			}
+			if float64(k.Writes) < floor {
+				writeRate = 0
+			}
+			lv.Level = t.rules.both(rt, wt, readRate, writeRate, total)
+		}
 		if c, ok := t.step(st, lv.Level, tickLevel, s.At); ok {
 			c.Key = k.Key
 			changes = append(changes, c)
