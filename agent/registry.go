@@ -81,9 +81,13 @@ func (a *Agent) refreshIndex(ctx context.Context, now time.Time) {
 		return
 	}
 	ev.checked = now
+	stopping := ctx
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	v, err := ev.store.Version(ctx)
+	if stopping.Err() != nil {
+		return // the agent is stopping: a read it cut short is no failure of the store
+	}
 	if err != nil {
 		ev.failures++
 		switch {
@@ -105,6 +109,9 @@ func (a *Agent) refreshIndex(ctx context.Context, now time.Time) {
 		return
 	}
 	list, err := ev.store.List(ctx)
+	if stopping.Err() != nil {
+		return
+	}
 	partial := errors.Is(err, registry.ErrUnreadable)
 	if v == 0 && len(list) == 0 && ev.loaded && ev.version != 0 && a.index.Load().Len() > 0 {
 		// No change brings a version back to 0: the store lost its data (a Redis that

@@ -2,12 +2,15 @@ package agent
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkeyd/hotkeyd/internal/logbuf"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/registry"
 )
@@ -82,4 +85,37 @@ func TestRegistryReadsDoNotHoldTicks(t *testing.T) {
 		}
 	}
 	t.Fatalf("no evaluation published during a registry read of the paused Redis in 10 s (%d evaluations in all): the evaluation loop waits for the registry", seen)
+}
+
+// TestRegistryReadCutByStopNotWarned: a registry read that the agent's stop cuts short is
+// not a failing store; it logged "registry: reading the version; keeping the events
+// armed…" as a warning at one stop in six in a soak.
+func TestRegistryReadCutByStopNotWarned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	rs, err := registry.NewRedis(rdb, registry.RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs logbuf.Buffer
+	a, c, _ := newTestAgent(t, Options{Events: rs})
+	a.log = slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the stop, as the read begins
+	c.add(2 * time.Second)
+	a.refreshIndex(ctx, c.now())
+	if s := logs.String(); strings.Contains(s, "level=WARN") || strings.Contains(s, "level=ERROR") {
+		t.Errorf("a read cut short by the stop was logged as a failure:\n%s", s)
+	}
+	// A store that fails while the agent runs is still reported.
+	srv.Stop()
+	c.add(2 * time.Second)
+	a.refreshIndex(context.Background(), c.now())
+	if s := logs.String(); !strings.Contains(s, "registry: reading the version") {
+		t.Errorf("a failing store was not reported:\n%s", s)
+	}
 }
