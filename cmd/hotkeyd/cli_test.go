@@ -106,3 +106,32 @@ func TestServeLogsVersion(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestServeProcessMetrics: /metrics of `hotkeyd serve` carries the Go runtime's and the
+// process's metrics, so that an SRE can trend goroutines, memory and file descriptors
+// (a soak found none), and the whole page passes promtool check metrics.
+func TestServeProcessMetrics(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not found: run ./scripts/test.sh, which installs Debian's prometheus package")
+	}
+	addr := freeAddr(t)
+	p := startServe(t, nil, "--http-listen", addr, "--udp-listen", addr)
+	body, err := httpGet("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, series := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes", "process_open_fds"} {
+		if v, ok := metricValue(body, series); !ok || v <= 0 {
+			t.Errorf("/metrics: %s = %v (present %v); want a positive value", series, v, ok)
+		}
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	if err := p.signal(t, syscall.SIGTERM); err != nil {
+		t.Error(err)
+	}
+}

@@ -20,6 +20,8 @@ import (
 	"github.com/hotkeyd/hotkeyd/detector"
 	"github.com/hotkeyd/hotkeyd/mitigate"
 	"github.com/hotkeyd/hotkeyd/sampler"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -135,6 +137,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 		Planner:             plannerOptions(cfg.Mitigate),
 		CopyRefresh:         cfg.Mitigate.CopyRefresh,
 		Logger:              log,
+		Registry:            processRegistry(),
 	}
 	if cfg.Proxy.Listen != "" {
 		sched, err := sampler.ParseSchedPolicy(cfg.Proxy.SchedPolicy)
@@ -332,4 +335,14 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 		h = slog.NewJSONHandler(w, ho)
 	}
 	return slog.New(h)
+}
+
+// processRegistry returns a metrics registry holding the Go runtime's and the process's
+// metrics (go_goroutines, go_memstats_*, process_resident_memory_bytes,
+// process_open_fds, …), so that an SRE can trend the daemon's memory, goroutines and file
+// descriptors beside its own metrics.
+func processRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
