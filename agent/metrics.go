@@ -75,7 +75,7 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		}),
 		surprises: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hotkeyd_surprise_hot_keys_total",
-			Help: "Keys that turned hot while no armed registry event predicted them.",
+			Help: "Keys that turned hot while no armed registry event predicted them; a key counts again only after 5 minutes without being hot and unpredicted.",
 		}),
 		labels:   map[string]bool{},
 		sources:  map[string]prometheus.Counter{},

@@ -23,6 +23,11 @@ type TrackerOptions struct {
 	MaxHotKeys int
 	// MaxSurprises bounds the list of recent surprises (the counter goes on). Default: 100.
 	MaxSurprises int
+	// SurpriseMemory is how long a key that was hot and unpredicted stays remembered: it
+	// counts as a surprise again only once it has not been so for this long, so that a key
+	// that flaps at its threshold, or leaves the ranking for a tick, is one surprise, not
+	// one per flap. Default: 5 minutes (the window of the HotkeydUnpredictedHotKey alert).
+	SurpriseMemory time.Duration
 }
 
 // Tracker compares predictions with detection. Fed the evaluated keys of every tick, it
@@ -32,10 +37,12 @@ type TrackerOptions struct {
 // use.
 type Tracker struct {
 	maxHot, maxSurprises int
+	memory               time.Duration // SurpriseMemory
 
 	mu         sync.Mutex             // guards every field below
 	occ        map[string]*occurrence // by event id: the occurrence it was last armed for
-	surprising map[string]bool        // keys hot and unpredicted at the last Observe
+	surprising map[string]time.Time   // keys hot and unpredicted: the last tick they were
+	pruned     time.Time              // when surprising was last rid of keys past memory
 	surprises  uint64                 // surprises counted since the start
 	recent     []Surprise             // the latest surprises, oldest first
 	buf        []string               // Match's buffer
@@ -123,19 +130,23 @@ func NewTracker(o TrackerOptions) (*Tracker, error) {
 	if o.MaxSurprises < 0 {
 		return nil, fmt.Errorf("registry: tracker: max surprises %d: must be ≥ 0 (0 means 100)", o.MaxSurprises)
 	}
+	if o.SurpriseMemory < 0 {
+		return nil, fmt.Errorf("registry: tracker: surprise memory %v: must be ≥ 0 (0 means 5m)", o.SurpriseMemory)
+	}
 	return &Tracker{
 		maxHot:       cmp.Or(o.MaxHotKeys, 100),
 		maxSurprises: cmp.Or(o.MaxSurprises, 100),
+		memory:       cmp.Or(o.SurpriseMemory, 5*time.Minute),
 		occ:          make(map[string]*occurrence),
-		surprising:   make(map[string]bool),
+		surprising:   make(map[string]time.Time),
 	}, nil
 }
 
 // Observe records one tick: the events armed at now in x, and the evaluated keys. It
 // returns how many keys turned into surprises at this tick (add it to
 // hotkeyd_surprise_hot_keys_total). A key counts once per hot episode: again only after
-// a tick where it is not hot (or not evaluated). Records of events no longer in x are
-// dropped.
+// SurpriseMemory without a tick where it was hot and unpredicted. Records of events no
+// longer in x are dropped.
 func (t *Tracker) Observe(now time.Time, x *Index, obs []Observation) int {
 	armed := x.Armed(now)
 	t.mu.Lock()
@@ -160,7 +171,14 @@ func (t *Tracker) Observe(now time.Time, x *Index, obs []Observation) int {
 		o.r.ExpectedReadRate, o.r.ExpectedWriteRate = a.Event.ExpectedReadRate, a.Event.ExpectedWriteRate
 		o.r.LastObserved = now
 	}
-	next := make(map[string]bool, len(t.surprising))
+	if now.Sub(t.pruned) >= time.Second {
+		for key, last := range t.surprising {
+			if now.Sub(last) >= t.memory {
+				delete(t.surprising, key)
+			}
+		}
+		t.pruned = now
+	}
 	fresh := 0
 	for _, ob := range obs {
 		t.buf = x.Match(ob.Key, now, t.buf[:0])
@@ -168,8 +186,9 @@ func (t *Tracker) Observe(now time.Time, x *Index, obs []Observation) int {
 			if !ob.Hot {
 				continue
 			}
-			next[ob.Key] = true
-			if !t.surprising[ob.Key] {
+			last, seen := t.surprising[ob.Key]
+			t.surprising[ob.Key] = now
+			if !seen || now.Sub(last) >= t.memory {
 				fresh++
 				t.surprises++
 				if len(t.recent) == t.maxSurprises {
@@ -185,7 +204,6 @@ func (t *Tracker) Observe(now time.Time, x *Index, obs []Observation) int {
 			}
 		}
 	}
-	t.surprising = next
 	return fresh
 }
 

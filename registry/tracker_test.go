@@ -193,3 +193,36 @@ func TestReportObservedSince(t *testing.T) {
 		t.Errorf("report %s; want %s: the span it covers", j, want)
 	}
 }
+
+// TestSurpriseFlapsCountOnce: a key at its threshold that flaps, or leaves the evaluated
+// keys for a tick, is one surprise while it keeps coming back within SurpriseMemory; a soak
+// counted 597 surprises for 34 real episodes, and HotkeydUnpredictedHotKey fired all along.
+func TestSurpriseFlapsCountOnce(t *testing.T) {
+	x := newIndex(t, indexEvents(), 5*time.Minute)
+	at := indexEvents()[0].Start.Add(-24 * time.Hour) // nothing armed
+	tr, _ := NewTracker(TrackerOptions{})
+	total := 0
+	tick := func(d time.Duration, obs ...Observation) {
+		at = at.Add(d)
+		total += tr.Observe(at, x, obs)
+	}
+	flap := Observation{Key: "bg:key:0", ReadRate: 108, Hot: true}
+	for range 50 { // 10 minutes: hot for 2 s, cool for 8 s, and once out of the ranking
+		tick(100*time.Millisecond, flap)
+		tick(2*time.Second, flap)
+		tick(100*time.Millisecond, Observation{Key: "bg:key:0", ReadRate: 90})
+		tick(100*time.Millisecond) // not evaluated
+		tick(8*time.Second, Observation{Key: "bg:key:0", ReadRate: 90})
+	}
+	if total != 1 {
+		t.Errorf("a key flapping for 10 minutes: %d surprises; want 1", total)
+	}
+	tick(5*time.Minute, Observation{Key: "bg:key:0", ReadRate: 90}) // cool for 5 minutes
+	tick(100*time.Millisecond, flap)
+	if total != 2 {
+		t.Errorf("hot again after 5 minutes cool: %d surprises in all; want 2", total)
+	}
+	if _, err := NewTracker(TrackerOptions{SurpriseMemory: -time.Second}); err == nil {
+		t.Error("negative SurpriseMemory: got nil; want an error")
+	}
+}
