@@ -211,7 +211,7 @@ func TestSurpriseFlapsCountOnce(t *testing.T) {
 		tick(100*time.Millisecond, flap)
 		tick(2*time.Second, flap)
 		tick(100*time.Millisecond, Observation{Key: "bg:key:0", ReadRate: 90})
-		tick(100*time.Millisecond) // not evaluated
+		tick(100 * time.Millisecond) // not evaluated
 		tick(8*time.Second, Observation{Key: "bg:key:0", ReadRate: 90})
 	}
 	if total != 1 {
