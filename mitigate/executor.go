@@ -877,7 +877,7 @@ func (e *Executor) handleScan(ctx context.Context, f scanFound) error {
 		e.sweep, e.sweepRetry = e.nextSweep(f.job.at), false
 	}
 	if f.skipped != "" {
-		e.log.LogAttrs(ctx, slog.LevelInfo, "leftovers scan skipped: another executor of the fleet scanned within the grace period",
+		e.log.LogAttrs(ctx, slog.LevelInfo, "leftovers scan skipped: another executor of the fleet, or an earlier run of this agent, scanned within the grace period; the next scan covers what it left",
 			slog.String("scan", f.job.kind.String()), slog.String("executor", f.skipped))
 		return nil
 	}
