@@ -152,7 +152,27 @@ type shard struct {
 
 	fmu     sync.Mutex         // guards flights; may be held while taking mu, never the reverse
 	flights map[string]*flight // loads in progress, by key
-	_       [40]byte           // keep neighbouring shards' locks off one cache line
+
+	// may has the bit (keyBit) of every key in m or in flights, and maybe of others: a
+	// write of a key whose bit is clear has nothing to invalidate here, and does not
+	// take fmu (an L1 of a few hot keys would otherwise lock a shard twice per write of
+	// every key). A load sets its key's bit under fmu when it joins flights, before it
+	// reads the backend, and store sets it again under mu for the entry it adds. Bits
+	// are cleared only by rebuildMay, under fmu and mu, which keeps those of the keys
+	// in m and flights then.
+	//
+	// Why a write cannot leave cached a value read before it: the load that read it set
+	// its key's bit (joinSeen, under fmu) before reading the backend, so before Redis
+	// applied the write, so before the invalidation that follows the write loads may
+	// (sync/atomic is sequentially consistent). The bit stays set while the key is in
+	// flights or m, since rebuildMay runs under fmu and mu, and a load stores its value
+	// (under mu) before it leaves flights (under fmu): a rebuild sees the key in one of
+	// them, or in neither, and then the flight was dropped by an invalidation (f.dropped:
+	// store caches nothing), failed or was kept out by retain (gen), or its value was
+	// removed already: nothing is left to drop. So the invalidation after the write sees
+	// the bit whenever there is something to drop, and goes on as it did without may.
+	may atomic.Uint64
+	_   [32]byte // keep neighbouring shards' locks off one cache line
 }
 
 type entry struct {
@@ -349,6 +369,35 @@ func (c *Cache) shardOf(key string) *shard {
 	return &c.shards[xxhash.Sum64String(key)&(cacheShards-1)]
 }
 
+// keyBit is key's bit in shard.may: its hash's top six bits pick one of 64, bits that
+// shardOf does not use, so the keys of one shard spread over all of them.
+func keyBit(key string) uint64 { return 1 << (xxhash.Sum64String(key) >> 58) }
+
+// rebuildMay sets s.may to the bits of the keys s holds or loads now, clearing those of
+// the keys gone. s.fmu and s.mu must be held: no key can be added meanwhile.
+func (s *shard) rebuildMay() {
+	var bits uint64
+	for _, e := range s.ring {
+		bits |= keyBit(e.key)
+	}
+	for key := range s.flights {
+		bits |= keyBit(key)
+	}
+	s.may.Store(bits)
+}
+
+// tidy rebuilds s.may once s is empty, so that a shard whose keys are all gone costs
+// writes nothing again. s.fmu and s.mu must not be held.
+func (s *shard) tidy() {
+	s.fmu.Lock()
+	s.mu.Lock()
+	if len(s.ring) == 0 {
+		s.rebuildMay()
+	}
+	s.mu.Unlock()
+	s.fmu.Unlock()
+}
+
 // since is the cache's clock: time since its epoch.
 func (c *Cache) since() time.Duration { return c.now().Sub(c.epoch) }
 
@@ -506,6 +555,7 @@ func (c *Cache) joinSeen(ctx context.Context, s *shard, key string, seen *value,
 	}
 	wctx, endWait := context.WithTimeout(context.Background(), c.waitTimeout())
 	f = &flight{done: make(chan struct{}), giveUp: wctx.Done()}
+	s.may.Or(keyBit(key)) // before the load reads the value: see may
 	s.flights[key] = f
 	gen := s.gen.Load() // a retain after this point keeps the result out; an invalidation sets f.dropped
 	s.fmu.Unlock()
@@ -607,13 +657,20 @@ func callLoad(ctx context.Context, load loader) (data string, absent bool, err e
 // is within its bounds. A value too large to cache replaces the key's older value by
 // nothing.
 func (c *Cache) store(s *shard, f *flight, key string, gen uint64, v *value) {
+	if c.storeLocked(s, f, key, gen, v) {
+		s.tidy()
+	}
+}
+
+// storeLocked is store under s.mu; it reports whether it left the shard empty.
+func (c *Cache) storeLocked(s *shard, f *flight, key string, gen uint64, v *value) (emptied bool) {
 	size := int64(len(key)+len(v.data)) + entryOverhead
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// invalidate sets f.dropped before it takes mu to remove the key's entry: either this
 	// sees the flag, or the invalidation, coming after, removes what this stores.
 	if f.dropped.Load() || s.gen.Load() != gen {
-		return
+		return false
 	}
 	if size > c.maxBytes {
 		// Too large to cache: the older value goes too, or reads would keep getting it
@@ -622,13 +679,14 @@ func (c *Cache) store(s *shard, f *flight, key string, gen uint64, v *value) {
 			c.remove(s, e)
 			c.evictions.Add(1)
 		}
-		return
+		return len(s.ring) == 0
 	}
 	if e := s.m[key]; e != nil {
 		s.bytes += size - e.size
 		e.size = size
 		e.val.Store(v)
 	} else {
+		s.may.Or(keyBit(key)) // set by the load already; kept true for every entry in m
 		e := &entry{key: key, size: size, idx: len(s.ring)}
 		e.val.Store(v)
 		s.m[key] = e
@@ -639,6 +697,7 @@ func (c *Cache) store(s *shard, f *flight, key string, gen uint64, v *value) {
 	for len(s.ring) > c.maxEntries || s.bytes > c.maxBytes {
 		c.evictOne(s)
 	}
+	return len(s.ring) == 0
 }
 
 // evictOne removes one entry with CLOCK (second chance): the hand clears reference bits
@@ -676,7 +735,11 @@ func (c *Cache) remove(s *shard, e *entry) {
 // not cached; callers already waiting for it still get it (their read began before the
 // invalidation finished).
 func (c *Cache) invalidate(key string) {
-	s := c.shardOf(key)
+	h := xxhash.Sum64String(key)
+	s := &c.shards[h&(cacheShards-1)]
+	if s.may.Load()&(1<<(h>>58)) == 0 { // keyBit(key), hashed once
+		return // neither held nor loading: see shard.may
+	}
 	s.fmu.Lock()
 	f := s.flights[key]
 	if f != nil {
@@ -695,13 +758,19 @@ func (c *Cache) invalidate(key string) {
 		c.remove(s, e)
 		c.invals.Add(1)
 	}
+	emptied := len(s.ring) == 0
 	s.mu.Unlock()
+	if emptied {
+		s.tidy()
+	}
 }
 
-// retain drops every entry whose key keep rejects.
+// retain drops every entry whose key keep rejects, and rebuilds each shard's may: a new
+// plan may have taken many keys off.
 func (c *Cache) retain(keep func(key string) bool) {
 	for i := range c.shards {
 		s := &c.shards[i]
+		s.fmu.Lock() // for rebuildMay
 		s.mu.Lock()
 		var drop []*entry
 		for _, e := range s.ring {
@@ -715,6 +784,8 @@ func (c *Cache) retain(keep func(key string) bool) {
 		for _, e := range drop {
 			c.remove(s, e)
 		}
+		s.rebuildMay()
 		s.mu.Unlock()
+		s.fmu.Unlock()
 	}
 }

@@ -186,6 +186,13 @@ type Counter struct {
 	// owed counts the keys with a sum pending or in a flush in flight: the plan hook
 	// looks at it before anything else, so that it costs one load while it is 0.
 	owed atomic.Int64
+	// owing counts the same per bucket of keys (owingOf), so that a write of a key that
+	// owes nothing (a bucket at 0) is told so without locking its stripe while other
+	// keys owe. Changed with owed, by owe: raised under the stripe's lock with the sum
+	// made pending, before Add returns, so a write that follows an Add sees it; lowered
+	// only after the sum has left pending and inflight, so it is 0 only for buckets
+	// whose keys owe nothing.
+	owing [256]atomic.Int32
 
 	plain, sharded, batched, flushes, flushErrors, uncertain, droppedAdds, writeFlushes atomic.Uint64
 	dropped                                                                             atomic.Int64
@@ -232,6 +239,19 @@ func (k *Counter) stripe(key string) *counterStripe {
 	return &k.stripes[xxhash.Sum64String(key)&uint64(len(k.stripes)-1)]
 }
 
+// owingOf returns key's bucket in owing: its hash's top eight bits, which stripe does
+// not use.
+func (k *Counter) owingOf(key string) *atomic.Int32 {
+	return &k.owing[xxhash.Sum64String(key)>>56]
+}
+
+// owe adds d (1: a sum made pending, -1: a sum settled or merged into another) to owed
+// and to key's bucket in owing.
+func (k *Counter) owe(key string, d int32) {
+	k.owingOf(key).Add(d)
+	k.owed.Add(int64(d))
+}
+
 // Add adds n to the counter key, following the plan (see Counter). Each Add is sampled
 // (1 in SampleEvery) as a write of key, whatever path it takes: a batched Add sends
 // nothing to Redis, and a sharded one increments a sub-counter, which the agent must
@@ -275,8 +295,8 @@ func (k *Counter) addPending(key string, n int64, every time.Duration) bool {
 	fresh := b == nil
 	if fresh {
 		b = &batch{due: time.Now().Add(every), every: every}
+		k.owe(key, 1)
 		s.pending[key] = b
-		k.owed.Add(1)
 	}
 	b.sum += n
 	b.adds++
@@ -615,8 +635,12 @@ func (k *Counter) flush(all bool) (next time.Time) {
 	return next
 }
 
-// owes reports whether key has a sum pending or in a flush in flight.
+// owes reports whether key has a sum pending or in a flush in flight. Without a lock
+// when no key of its bucket owes (see owing).
 func (k *Counter) owes(key string) bool {
+	if k.owingOf(key).Load() == 0 {
+		return false
+	}
 	s := k.stripe(key)
 	s.mu.Lock()
 	_, pending := s.pending[key]
@@ -635,16 +659,35 @@ func (k *Counter) owes(key string) bool {
 func (k *Counter) beforeWrite(ctx context.Context, cmds ...redis.Cmder) error {
 	var keys []string
 	for _, cmd := range cmds {
-		w := k.c.classify(cmd)
-		if !w.write {
-			continue
-		}
-		for _, key := range w.keys {
-			if k.owes(key) && !slices.Contains(keys, key) {
-				keys = append(keys, key)
-			}
+		var buf [1]string
+		if w := k.c.parse(cmd, buf[:0]).w; w.write {
+			keys = k.owedOf(keys, w.keys)
 		}
 	}
+	return k.flushKeys(ctx, keys)
+}
+
+// beforeWriteOf is beforeWrite for one command, which the hook has classified as w.
+func (k *Counter) beforeWriteOf(ctx context.Context, w write) error {
+	if !w.write {
+		return nil
+	}
+	return k.flushKeys(ctx, k.owedOf(nil, w.keys))
+}
+
+// owedOf appends to keys those of written that owe a sum and are not in keys yet.
+func (k *Counter) owedOf(keys, written []string) []string {
+	for _, key := range written {
+		if k.owes(key) && !slices.Contains(keys, key) {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+// flushKeys flushes the pending sums of keys, which owed a sum a moment ago, for
+// beforeWrite.
+func (k *Counter) flushKeys(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -790,7 +833,7 @@ func (k *Counter) settled(key string) {
 	s.mu.Lock()
 	delete(s.inflight, key)
 	s.mu.Unlock()
-	k.owed.Add(-1)
+	k.owe(key, -1)
 }
 
 // putBack merges a sum whose flush failed into the key's pending sum and returns when it
@@ -806,7 +849,7 @@ func (k *Counter) putBack(key string, b *batch, now time.Time, wait time.Duratio
 		}
 		// In the same step as the merge, so the hook never sees the key owe nothing.
 		delete(s.inflight, key)
-		k.owed.Add(-1) // cur is counted already
+		k.owe(key, -1) // cur is counted already
 		cur.sum += b.sum
 		cur.adds += b.adds
 		cur.tries = max(cur.tries, b.tries)

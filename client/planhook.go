@@ -64,8 +64,12 @@ func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c := h.c
 	var sess session
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		var buf [1]string
+		var p *parsed // set when the command has been looked up already, for process
 		if c.counter.owed.Load() > 0 && !isInternal(ctx) && !isCounterWrite(ctx) {
-			if err := c.counter.beforeWrite(ctx, cmd); err != nil {
+			pc := c.parse(cmd, buf[:0])
+			p = &pc
+			if err := c.counter.beforeWriteOf(ctx, pc.w); err != nil {
 				cmd.SetErr(err)
 				return err
 			}
@@ -84,7 +88,7 @@ func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 || c.closed.Load() || isInternal(ctx) {
 			return next(ctx, cmd)
 		}
-		return c.process(ctx, cmd, ix, next)
+		return c.process(ctx, cmd, ix, next, p)
 	}
 }
 
@@ -114,8 +118,12 @@ func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c := h.c
 	var sess session
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		var buf [1]string
+		var p *parsed // set when the command has been looked up already, for process
 		if c.counter.owed.Load() > 0 && !c.isApplied(ctx) && !isInternal(ctx) && !isCounterWrite(ctx) {
-			if err := c.counter.beforeWrite(ctx, cmd); err != nil {
+			pc := c.parse(cmd, buf[:0])
+			p = &pc
+			if err := c.counter.beforeWriteOf(ctx, pc.w); err != nil {
 				cmd.SetErr(err)
 				return err
 			}
@@ -136,7 +144,7 @@ func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			isRead(name) || c.isApplied(ctx) || isInternal(ctx) {
 			return next(ctx, cmd)
 		}
-		return c.process(ctx, cmd, ix, next) // a write or an unknown command: no L1, no copy
+		return c.process(ctx, cmd, ix, next, p) // a write or an unknown command: no L1, no copy
 	}
 }
 
@@ -239,12 +247,14 @@ func (c *Client) processSession(ctx context.Context, cmd redis.Cmder, s *session
 		c.invalidate(ix, keys)
 		return err
 	}
-	w := c.classify(cmd)
+	var buf [1]string
+	p := c.parse(cmd, buf[:0])
+	w := p.w
 	if !w.write || strings.EqualFold(name, "watch") || strings.EqualFold(name, "unwatch") {
 		return next(ctx, cmd)
 	}
 	if !s.multi.Load() {
-		return c.process(ctx, cmd, ix, next)
+		return c.process(ctx, cmd, ix, next, &p)
 	}
 	s.mu.Lock()
 	s.queued = append(s.queued, w.keys...)
@@ -307,7 +317,8 @@ func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next r
 	var toCopy []written
 	var keys []string
 	for _, cmd := range cmds {
-		w := c.classify(cmd)
+		var buf [1]string
+		w := c.parse(cmd, buf[:0]).w
 		if !w.write {
 			continue
 		}
@@ -358,22 +369,43 @@ type write struct {
 	mirrorable bool     // a single-key write whose result can be copied to copies
 }
 
-// classify says whether cmd writes which keys, and whether its effect on a split key can
-// be copied. Reads and commands without keys are not writes.
-func (c *Client) classify(cmd redis.Cmder) write {
+// parsed is what the hooks know of a command: its entry in the command table (spec,
+// known) and what it writes. The hooks look a command up once and pass this on.
+type parsed struct {
+	spec  sampler.Command
+	known bool
+	w     write
+}
+
+// parse looks cmd up in the command table and classifies it (see classify). The keys it
+// writes are appended to keys, an empty slice: with a one-element array behind it a
+// single-key write allocates nothing.
+func (c *Client) parse(cmd redis.Cmder, keys []string) (p parsed) {
 	args := cmd.Args()
 	if len(args) < 2 {
-		return write{}
+		return parsed{}
 	}
 	name, _ := args[0].(string)
-	spec, known := sampler.LookupCommand([]byte(name))
+	p.spec, p.known = sampler.LookupCommand([]byte(name))
+	p.w = classifyArgs(args, name, p.spec, p.known, keys)
+	return p
+}
+
+// classify says whether cmd writes which keys, and whether its effect on a split key can
+// be copied. Reads and commands without keys are not writes.
+func (c *Client) classify(cmd redis.Cmder) write { return c.parse(cmd, nil).w }
+
+// classifyArgs is classify for a command whose arguments are args (at least two), its
+// name name, and its entry in the command table spec (known: it has one). The keys go
+// into keys, an empty slice.
+func classifyArgs(args []any, name string, spec sampler.Command, known bool, keys []string) write {
 	if !known {
 		if noKeys(name) {
 			return write{}
 		}
 		// An unknown command (MIGRATE, a module's): any argument may be a key it
 		// writes.
-		return writeAll(args)
+		return writeAll(args, keys)
 	}
 	if spec.Op != sampler.OpWrite {
 		return write{}
@@ -383,7 +415,7 @@ func (c *Client) classify(cmd redis.Cmder) write {
 		// when they were not in the table, any argument may be a key they write.
 		for _, a := range args[2:] {
 			if s := argString(a); strings.EqualFold(s, "store") || strings.EqualFold(s, "storedist") {
-				return writeAll(args)
+				return writeAll(args, keys)
 			}
 		}
 		return write{}
@@ -391,18 +423,18 @@ func (c *Client) classify(cmd redis.Cmder) write {
 	if spec.Streams {
 		// XREADGROUP, whose keys follow its STREAMS option, which KeysOf does not look
 		// for: as when it was not in the table, any argument may be a key it writes.
-		return writeAll(args)
+		return writeAll(args, keys)
 	}
 	k, dest, ok := callKeys(spec, args)
 	if !ok {
 		if spec.Dest > 0 && spec.Dest < len(args) {
 			// A bad numkeys: Redis refuses the command, but its destination is the key
 			// it would write.
-			return write{write: true, keys: []string{argString(args[spec.Dest])}}
+			return write{write: true, keys: append(keys, argString(args[spec.Dest]))}
 		}
 		return write{}
 	}
-	w := write{write: true}
+	w := write{write: true, keys: keys}
 	if dest > 0 {
 		w.keys = append(w.keys, argString(args[dest]))
 	}
@@ -416,9 +448,9 @@ func (c *Client) classify(cmd redis.Cmder) write {
 	return w
 }
 
-// writeAll is a command that may write any of its arguments.
-func writeAll(args []any) write {
-	w := write{write: true}
+// writeAll is a command that may write any of its arguments, appended to keys.
+func writeAll(args []any, keys []string) write {
+	w := write{write: true, keys: keys}
 	for _, a := range args[1:] {
 		w.keys = append(w.keys, argString(a))
 	}
@@ -476,14 +508,20 @@ func argString(a any) string {
 	return string(appendArg(nil, a))
 }
 
-// process applies the plan to one command.
-func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, next redis.ProcessHook) error {
+// process applies the plan to one command; p is what parse said of it, nil when the
+// caller has not looked it up.
+func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, next redis.ProcessHook, p *parsed) error {
 	args := cmd.Args()
 	if len(args) < 2 {
 		return next(ctx, cmd)
 	}
 	name, _ := args[0].(string)
-	if spec, ok := sampler.LookupCommand([]byte(name)); ok && spec.Op == sampler.OpRead {
+	var buf [1]string
+	if p == nil {
+		pc := c.parse(cmd, buf[:0])
+		p = &pc
+	}
+	if spec := p.spec; p.known && spec.Op == sampler.OpRead {
 		// A read of one key, its key at args[1]: GET, HGET, LRANGE, ZRANGE, …
 		if spec.First != 1 || spec.Last != 1 || spec.NumKeysAt != 0 {
 			return next(ctx, cmd)
@@ -507,16 +545,24 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 		}
 		return next(ctx, cmd)
 	}
-	w := c.classify(cmd)
+	w := p.w
 	if !w.write {
 		return next(ctx, cmd)
 	}
 	ctx = c.applied(ctx)
-	now := c.now()
+	var now time.Time // read at the first key the plan names: most writes name none
+	timed := false
 	var split *keyPlan
 	nsplit := 0
 	for _, key := range w.keys {
-		if kp := ix.lookup(key); kp != nil && kp.split(now) {
+		kp := ix.lookup(key)
+		if kp == nil {
+			continue
+		}
+		if !timed {
+			now, timed = c.now(), true
+		}
+		if kp.split(now) {
 			split = kp
 			nsplit++
 		}
