@@ -228,8 +228,9 @@ func (t *Tracker) Update(s *Snapshot) ([]Level, []Change) {
 		// To turn hot, an operation seen in fewer than MinSamples samples counts as no
 		// traffic; a hot key cools on its rates as they are. That is a hysteresis on the
 		// evidence: a key with about MinSamples samples a window would otherwise flap, in on
-		// a window with enough of them and out on the next without (at 1 in 100, a key at
-		// 300/s turned hot 111 times in 10 simulated minutes with the floor on both). The
+		// a window with enough of them and out on the next without (in the simulation of
+		// TestMinSamplesSimulated, a key at 300/s turned hot 111 times in 10 minutes with
+		// the floor on both, 11 times with it on turning hot only or without it). The
 		// tick's level has no floor: it dates the start of an episode, and the time the
 		// window then takes to gather the samples is part of the detection delay.
 		if st.hot {
