@@ -182,34 +182,22 @@ func TestCacheWriteRacingLoadStress(t *testing.T) {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for range 2 {
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if _, err := c.Get(ctx, key, load); err != nil {
-						t.Error(err)
-						return
-					}
+			untilStop(&wg, stop, func(int) bool {
+				if _, err := c.Get(ctx, key, load); err != nil {
+					t.Error(err)
+					return false
 				}
+				return true
 			})
 		}
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				o := others[i%len(others)]
-				c.Get(ctx, o, other)
-				c.Invalidate(o)
-				if i%4 == 0 {
-					c.retain(func(string) bool { return true })
-				}
+		untilStop(&wg, stop, func(i int) bool {
+			o := others[i%len(others)]
+			c.Get(ctx, o, other)
+			c.Invalidate(o)
+			if i%4 == 0 {
+				c.retain(func(string) bool { return true })
 			}
+			return true
 		})
 		for range 5 { // writes: invalidate, write, invalidate, as the hook does
 			c.Invalidate(key)
@@ -253,31 +241,19 @@ func TestL1WriteRacingLoad(t *testing.T) {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for range 2 {
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if err := rdb.Get(ctx, hot).Err(); err != nil && err != redis.Nil {
-						t.Error(err)
-						return
-					}
+			untilStop(&wg, stop, func(int) bool {
+				if err := rdb.Get(ctx, hot).Err(); err != nil && err != redis.Nil {
+					t.Error(err)
+					return false
 				}
+				return true
 			})
 		}
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				rdb.Get(ctx, near)
-				rdb.Set(ctx, near, i, 0) // near's value goes: the shard may empty
-				rdb.Set(ctx, same, i, 0) // hot's bit: the slow path, finding nothing
-			}
+		untilStop(&wg, stop, func(i int) bool {
+			rdb.Get(ctx, near)
+			rdb.Set(ctx, near, i, 0) // near's value goes: the shard may empty
+			rdb.Set(ctx, same, i, 0) // hot's bit: the slow path, finding nothing
+			return true
 		})
 		for i := range 10 {
 			if err := rdb.Set(ctx, hot, strconv.Itoa(round*10+i), 0).Err(); err != nil {
@@ -300,4 +276,21 @@ func TestL1WriteRacingLoad(t *testing.T) {
 	if st := c.Stats().L1; st.Loads < 30 || st.Invalidations < 30 {
 		t.Errorf("L1 stats %+v: too few loads or invalidations for the writes to have raced them", st)
 	}
+}
+
+// untilStop runs step(0), step(1), … in a goroutine of wg until stop is closed or step
+// returns false.
+func untilStop(wg *sync.WaitGroup, stop <-chan struct{}, step func(i int) bool) {
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if !step(i) {
+				return
+			}
+		}
+	})
 }
