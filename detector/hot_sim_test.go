@@ -3,6 +3,7 @@ package detector
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -72,6 +73,89 @@ func TestMinSamplesSimulated(t *testing.T) {
 		}
 		if keyOn == 0 || keyOn > keyOff {
 			t.Errorf("the key turned hot %d times with the floor, %d without; want at least once and no more often", keyOn, keyOff)
+		}
+	}
+}
+
+// delayAfterJump simulates, sampled 1 in 100 at random with seed, a background of bg
+// requests/s over 20,000 keys for 5 s, then a key jumping from nothing to rate requests/s
+// (writes when write is true), and returns how long after the jump it turned hot, in
+// 100 ms evaluations; an hour if not within 15 s.
+func delayAfterJump(t *testing.T, seed uint64, minSamples int, rate, bg float64, write bool) time.Duration {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 7))
+	det, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := DefaultRules()
+	rules.MinSamples = minSamples
+	tr, err := NewTracker(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	det.Advance(now)
+	const jump = 5000 // ms
+	for i := range 20_000 {
+		if i >= jump && r.Float64() < rate/1000/100 {
+			det.Add([]byte("k"), write, 0, 100, 0)
+		}
+		if r.Float64() < bg/1000/100 {
+			det.Add(fmt.Appendf(nil, "bg:%d", r.IntN(20_000)), false, 0, 100, 0)
+		}
+		now = now.Add(time.Millisecond)
+		if i%100 != 99 {
+			continue
+		}
+		det.Advance(now)
+		s := det.Ranked(now, All, 0)
+		_, changes := tr.Update(&s)
+		for _, c := range changes {
+			if c.Hot && c.Key == "k" && i >= jump {
+				return time.Duration(i-jump+1) * time.Millisecond
+			}
+		}
+	}
+	return time.Hour
+}
+
+// TestMinSamplesDelaySimulated is what hot.min_samples costs in detection time, in
+// simulated time (100 runs of each case, 20 with -race; go test ./detector -run
+// TestMinSamplesDelaySimulated -v prints the table docs/BENCHMARKS.md quotes). A key at
+// 10× its threshold is flagged in the same ticks with or without the floor; a key at 1.2–
+// 2.4× its threshold on a quiet agent, which the share rule flagged from one or two
+// samples, now waits for five.
+func TestMinSamplesDelaySimulated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates 1,600 s of traffic")
+	}
+	for _, tc := range []struct {
+		name     string
+		rate, bg float64
+		write    bool
+	}{
+		{"reads at 10× the rate threshold, quiet agent", 10_000, 800, false},
+		{"reads at 2.4× the rate threshold, quiet agent", 2_400, 800, false},
+		{"writes at 2.4× the rate threshold, quiet agent", 1_200, 800, true},
+		{"reads at 2.4× the rate threshold, busy agent", 2_400, 20_000, false},
+	} {
+		runs := 100
+		if raceEnabled {
+			runs = 20 // ten times slower: the figures come from runs without -race
+		}
+		var p50, p99 [2]time.Duration
+		for i, m := range []int{0, 5} {
+			var ds []time.Duration
+			for seed := range uint64(runs) {
+				ds = append(ds, delayAfterJump(t, seed, m, tc.rate, tc.bg, tc.write))
+			}
+			slices.Sort(ds)
+			p50[i], p99[i] = ds[runs/2], ds[runs*99/100-1]
+		}
+		t.Logf("%s (%.0f/s in %.0f/s): p50 %v, p99 %v without the floor; p50 %v, p99 %v with it", tc.name, tc.rate, tc.bg, p50[0], p99[0], p50[1], p99[1])
+		if tc.rate == 10_000 && p99[1] > p99[0]+100*time.Millisecond {
+			t.Errorf("%s: p99 %v with the floor, %v without; want at most one tick more", tc.name, p99[1], p99[0])
 		}
 	}
 }
