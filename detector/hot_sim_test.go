@@ -8,13 +8,12 @@ import (
 	"time"
 )
 
-// simulate sends 1-in-100 samples, drawn at random, of one key at rate requests/s and of a
-// background of bg requests/s over keys each seen once, for d in 1 ms steps, evaluating
-// every 100 ms tick; it returns how many times the key turned hot and how many
-// background keys did.
-func simulate(t *testing.T, minSamples int, rate, bg float64, d time.Duration) (key, others int) {
+// simRun drives a Detector and a Tracker with default rules but MinSamples for up to d in
+// 1 ms steps of simulated time: each step, add(i, r) adds the samples of millisecond i
+// (r draws the samples), and every 100 ms the window is evaluated and each change goes
+// to seen, which ends the run by returning false.
+func simRun(t *testing.T, r *rand.Rand, minSamples int, d time.Duration, add func(det *Detector, i int, r *rand.Rand), seen func(i int, c Change) bool) {
 	t.Helper()
-	r := rand.New(rand.NewPCG(1, 2))
 	det, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -27,15 +26,8 @@ func simulate(t *testing.T, minSamples int, rate, bg float64, d time.Duration) (
 	}
 	now := t0
 	det.Advance(now)
-	noise := 0
 	for i := range int(d / time.Millisecond) {
-		if r.Float64() < rate/1000/100 {
-			det.Add([]byte("k"), false, 0, 100, 0)
-		}
-		if r.Float64() < bg/1000/100 {
-			noise++
-			det.Add(fmt.Appendf(nil, "bg:%d", noise), false, 0, 100, 0)
-		}
+		add(det, i, r)
 		now = now.Add(time.Millisecond)
 		if i%100 != 99 {
 			continue
@@ -44,14 +36,36 @@ func simulate(t *testing.T, minSamples int, rate, bg float64, d time.Duration) (
 		s := det.Ranked(now, All, 0)
 		_, changes := tr.Update(&s)
 		for _, c := range changes {
-			switch {
-			case c.Hot && c.Key == "k":
-				key++
-			case c.Hot:
-				others++
+			if !seen(i, c) {
+				return
 			}
 		}
 	}
+}
+
+// simulate sends 1-in-100 samples, drawn at random, of one key at rate requests/s and of a
+// background of bg requests/s over keys each seen once, for d; it returns how many times
+// the key turned hot and how many background keys did.
+func simulate(t *testing.T, minSamples int, rate, bg float64, d time.Duration) (key, others int) {
+	t.Helper()
+	noise := 0
+	simRun(t, rand.New(rand.NewPCG(1, 2)), minSamples, d, func(det *Detector, _ int, r *rand.Rand) {
+		if r.Float64() < rate/1000/100 {
+			det.Add([]byte("k"), false, 0, 100, 0)
+		}
+		if r.Float64() < bg/1000/100 {
+			noise++
+			det.Add(fmt.Appendf(nil, "bg:%d", noise), false, 0, 100, 0)
+		}
+	}, func(_ int, c Change) bool {
+		switch {
+		case c.Hot && c.Key == "k":
+			key++
+		case c.Hot:
+			others++
+		}
+		return true
+	})
 	return key, others
 }
 
@@ -83,41 +97,23 @@ func TestMinSamplesSimulated(t *testing.T) {
 // 100 ms evaluations; an hour if not within 15 s.
 func delayAfterJump(t *testing.T, seed uint64, minSamples int, rate, bg float64, write bool) time.Duration {
 	t.Helper()
-	r := rand.New(rand.NewPCG(seed, 7))
-	det, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rules := DefaultRules()
-	rules.MinSamples = minSamples
-	tr, err := NewTracker(rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := t0
-	det.Advance(now)
 	const jump = 5000 // ms
-	for i := range 20_000 {
+	delay := time.Hour
+	simRun(t, rand.New(rand.NewPCG(seed, 7)), minSamples, 20*time.Second, func(det *Detector, i int, r *rand.Rand) {
 		if i >= jump && r.Float64() < rate/1000/100 {
 			det.Add([]byte("k"), write, 0, 100, 0)
 		}
 		if r.Float64() < bg/1000/100 {
 			det.Add(fmt.Appendf(nil, "bg:%d", r.IntN(20_000)), false, 0, 100, 0)
 		}
-		now = now.Add(time.Millisecond)
-		if i%100 != 99 {
-			continue
+	}, func(i int, c Change) bool {
+		if c.Hot && c.Key == "k" && i >= jump {
+			delay = time.Duration(i-jump+1) * time.Millisecond
+			return false
 		}
-		det.Advance(now)
-		s := det.Ranked(now, All, 0)
-		_, changes := tr.Update(&s)
-		for _, c := range changes {
-			if c.Hot && c.Key == "k" && i >= jump {
-				return time.Duration(i-jump+1) * time.Millisecond
-			}
-		}
-	}
-	return time.Hour
+		return true
+	})
+	return delay
 }
 
 // TestMinSamplesDelaySimulated is what hot.min_samples costs in detection time, in
