@@ -2,6 +2,8 @@ package config
 
 import (
 	"time"
+
+	"github.com/hotkeyd/hotkeyd/detector"
 )
 
 // Config is hotkeyd's whole configuration. Its zero value is not useful; start from
@@ -290,6 +292,7 @@ type Log struct {
 
 // Default returns the configuration hotkeyd runs with when nothing is set. It is valid.
 func Default() Config {
+	rules := detector.DefaultRules() // the hot-key rules' defaults are the detector's
 	return Config{
 		HTTP:    HTTP{Listen: "127.0.0.1:9736", MaxBodyBytes: 1 << 20},
 		UDP:     UDP{Listen: "127.0.0.1:9736", Readers: 2},
@@ -305,12 +308,12 @@ func Default() Config {
 		},
 		Limits: Limits{MaxKeyBytes: 512, MaxSamplesPerReport: 10000},
 		Hot: Hot{
-			Read:       Threshold{Rate: 1000, Share: 0.05},
-			Write:      Threshold{Rate: 500, Share: 0.05},
-			MinRate:    100,
-			MinSamples: 5,
-			CoolRatio:  0.7,
-			CoolTicks:  10,
+			Read:       Threshold(rules.Read),
+			Write:      Threshold(rules.Write),
+			MinRate:    rules.MinRate,
+			MinSamples: rules.MinSamples,
+			CoolRatio:  rules.CoolRatio,
+			CoolTicks:  rules.CoolTicks,
 		},
 		Metrics:  Metrics{KeyMinRatio: 0.3},
 		Log:      Log{Level: "info", Format: "text"},
