@@ -377,9 +377,10 @@ type parsed struct {
 	w     write
 }
 
-// parse looks cmd up in the command table and classifies it (see classify). The keys it
-// writes are appended to keys, an empty slice: with a one-element array behind it a
-// single-key write allocates nothing.
+// parse looks cmd up in the command table and says whether it writes which keys, and
+// whether its effect on a split key can be copied (reads and commands without keys are
+// not writes). The keys it writes are appended to keys, an empty slice: with a
+// one-element array behind it a single-key write allocates nothing.
 func (c *Client) parse(cmd redis.Cmder, keys []string) (p parsed) {
 	args := cmd.Args()
 	if len(args) < 2 {
@@ -391,12 +392,8 @@ func (c *Client) parse(cmd redis.Cmder, keys []string) (p parsed) {
 	return p
 }
 
-// classify says whether cmd writes which keys, and whether its effect on a split key can
-// be copied. Reads and commands without keys are not writes.
-func (c *Client) classify(cmd redis.Cmder) write { return c.parse(cmd, nil).w }
-
-// classifyArgs is classify for a command whose arguments are args (at least two), its
-// name name, and its entry in the command table spec (known: it has one). The keys go
+// classifyArgs is parse's write for a command whose arguments are args (at least two),
+// its name name, and its entry in the command table spec (known: it has one). The keys go
 // into keys, an empty slice.
 func classifyArgs(args []any, name string, spec sampler.Command, known bool, keys []string) write {
 	if !known {

@@ -54,7 +54,7 @@ func TestClassify(t *testing.T) {
 	}
 	c := &Client{}
 	for _, tt := range tests {
-		w := c.classify(redis.NewCmd(ctx, tt.args...))
+		w := c.parse(redis.NewCmd(ctx, tt.args...), nil).w
 		if w.write != tt.write || !slices.Equal(w.keys, tt.keys) || w.mirrorable != tt.mirrorable {
 			t.Errorf("%s: got write %v keys %q mirrorable %v; want %v %q %v",
 				tt.name, w.write, w.keys, w.mirrorable, tt.write, tt.keys, tt.mirrorable)
