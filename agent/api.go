@@ -32,6 +32,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/topk", a.topk)
 	mux.HandleFunc("GET /v1/keys/{key...}", a.key)
 	mux.HandleFunc("GET /v1/plan", a.plan)
+	mux.HandleFunc("GET /v1/nodes", a.nodes)
 	events := http.HandlerFunc(a.registryAPI)
 	mux.Handle("GET /v1/registry", events)
 	mux.Handle("POST /v1/registry", a.mutating("/v1/registry", events))
@@ -189,8 +190,13 @@ type Key struct {
 	BytesRate float64 `json:"bytes_rate,omitempty"`
 	Counter   bool    `json:"counter,omitempty"`
 	Truncated bool    `json:"truncated,omitempty"`
-	Level     float64 `json:"level"`
-	History   []Point `json:"history,omitempty"`
+	// Slot and Primary place the key in Redis, when redis.addrs is set: its hash slot
+	// (in a cluster only) and the primary that owns it. Both are left out for a
+	// truncated key whose shown part does not decide its slot.
+	Slot    *int    `json:"slot,omitempty"`
+	Primary string  `json:"primary,omitempty"`
+	Level   float64 `json:"level"`
+	History []Point `json:"history,omitempty"`
 }
 
 // TopK is the answer of GET /v1/topk.
@@ -268,6 +274,7 @@ func (a *Agent) keyReply(v *view, k detector.Key, readRate, writeRate, total flo
 		Counter:     k.Flags&detector.FlagCounter != 0,
 		Truncated:   k.Flags&FlagTruncated != 0,
 	}
+	j.Slot, j.Primary = a.placement(k.Key, k.Flags)
 	if j.Mitigations == nil {
 		j.Mitigations = []string{}
 	}

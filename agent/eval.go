@@ -28,6 +28,8 @@ type view struct {
 	mitigations map[string][]string
 	// nodes is each primary's share of the ranked keys' load; nil without a topology.
 	nodes []mitigate.NodeLoad
+	// slots is the number of slots each primary of nodes owns.
+	slots map[string]int
 	// planVersion is the version of the current plan.
 	planVersion uint64
 	// predicted lists, per key, the registry events that predict it.
@@ -201,11 +203,11 @@ func (a *Agent) evaluate() {
 		}
 	}
 	if st := a.redis.Load(); st != nil {
-		loads := make([]mitigate.KeyLoad, len(levels))
-		for i, l := range levels {
-			loads[i] = mitigate.KeyLoad{Key: l.Key.Key, Rate: l.ReadRate + l.WriteRate}
+		v.nodes = nodeLoads(levels, st.topo)
+		v.slots = make(map[string]int, len(v.nodes))
+		for _, n := range v.nodes {
+			v.slots[n.Primary] = st.topo.SlotsOf(n.Primary)
 		}
-		v.nodes = mitigate.NodeShares(loads, st.topo, 3)
 	}
 	for i, l := range levels {
 		v.byKey[l.Key.Key] = i

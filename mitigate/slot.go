@@ -32,8 +32,20 @@ func Slot(key string) int { return slotOf(key) }
 // SlotBytes is Slot for a key held in a byte slice. It does not allocate.
 func SlotBytes(key []byte) int { return slotOf(key) }
 
-// slotOf is Slot for either form of key.
-func slotOf[K string | []byte](key K) int {
+// PrefixSlot returns the slot of every key that starts with prefix, and whether the prefix
+// decides it: only when it holds a whole hash tag (a '{', at least one byte, then the first
+// '}' after it), since a tag that closes later, or none at all, hashes bytes past the
+// prefix. It serves keys that were cut short (a truncated key's shown prefix).
+func PrefixSlot(prefix string) (int, bool) {
+	if _, ok := hashTag(prefix); !ok {
+		return 0, false
+	}
+	return slotOf(prefix), true
+}
+
+// hashTag returns the bytes a key's slot is computed from and whether they are a hash tag;
+// without one, the whole key.
+func hashTag[K string | []byte](key K) (K, bool) {
 	for i := 0; i < len(key); i++ {
 		if key[i] != '{' {
 			continue
@@ -41,13 +53,19 @@ func slotOf[K string | []byte](key K) int {
 		for j := i + 1; j < len(key); j++ {
 			if key[j] == '}' {
 				if j > i+1 {
-					key = key[i+1 : j]
+					return key[i+1 : j], true
 				}
-				break
+				return key, false
 			}
 		}
-		break
+		return key, false
 	}
+	return key, false
+}
+
+// slotOf is Slot for either form of key.
+func slotOf[K string | []byte](key K) int {
+	key, _ = hashTag(key)
 	var crc uint16
 	for i := 0; i < len(key); i++ {
 		crc = crc<<8 ^ crcTable[byte(crc>>8)^key[i]]

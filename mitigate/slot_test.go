@@ -195,3 +195,42 @@ func BenchmarkSlot(b *testing.B) {
 		})
 	}
 }
+
+// TestPrefixSlot: a prefix that decides the slot gives the slot of every longer key with
+// that prefix, and one that does not (no tag, or a tag that closes later) says so.
+func TestPrefixSlot(t *testing.T) {
+	for _, tc := range []struct {
+		prefix string
+		ok     bool
+	}{
+		{"{user:1}profile", true}, {"pre{tag}", true}, {"{a}", true},
+		{"foo{{bar}", true}, // the tag is "{bar", whatever follows
+		{"user:1", false}, {"{user:1", false}, {"foo{}", false}, {"foo{}{bar}", false}, {"", false},
+	} {
+		slot, ok := PrefixSlot(tc.prefix)
+		if ok != tc.ok {
+			t.Errorf("PrefixSlot(%q) ok = %v; want %v", tc.prefix, ok, tc.ok)
+			continue
+		}
+		for _, tail := range []string{"", "x", "}{zz}", "{other}"} {
+			if ok && Slot(tc.prefix+tail) != slot {
+				t.Errorf("PrefixSlot(%q) = %d; Slot(%q) = %d", tc.prefix, slot, tc.prefix+tail, Slot(tc.prefix+tail))
+			}
+		}
+	}
+	// Every cut of every test key: when the prefix decides, it is right.
+	decided := 0
+	for _, key := range slotKeys(3000) {
+		for cut := 0; cut <= len(key); cut++ {
+			if slot, ok := PrefixSlot(key[:cut]); ok {
+				decided++
+				if want := Slot(key); slot != want {
+					t.Fatalf("PrefixSlot(%q) = %d; the whole key %q is in slot %d", key[:cut], slot, key, want)
+				}
+			}
+		}
+	}
+	if decided == 0 {
+		t.Fatal("no prefix of the test keys decided its slot")
+	}
+}

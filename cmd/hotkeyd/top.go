@@ -215,10 +215,11 @@ func renderTop(w io.Writer, r *agent.TopK, addr string, now time.Time, cols int)
 	// Numbers are right-aligned cells; the key is the text after the last cell, so that
 	// it starts in the same column whatever its length.
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
+	showPrimary := placed(r.Keys)
 	if narrow {
 		fmt.Fprintln(tw, "#\tRATE/s\tSHARE\tHOT\t  KEY")
 	} else {
-		fmt.Fprintln(tw, "#\tRATE/s\tSHARE\tREAD/s\tWRITE/s\tHOT SINCE\t  KEY")
+		fmt.Fprintln(tw, "#\tRATE/s\tSHARE\tREAD/s\tWRITE/s\tHOT SINCE\t"+placedHeader(showPrimary)+"  KEY")
 	}
 	for i, k := range r.Keys {
 		key := displayKey(k.Key)
@@ -240,7 +241,7 @@ func renderTop(w io.Writer, r *agent.TopK, addr string, now time.Time, cols int)
 		if k.Hot && k.HotSince != nil {
 			since = fmt.Sprintf("HOT %s (%s)", k.HotSince.Local().Format("15:04:05"), now.Sub(*k.HotSince).Round(time.Second))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%.1f%%\t%s\t%s\t%s\t  %s\n", i+1, human(k.Rate), 100*k.Share, human(k.ReadRate), human(k.WriteRate), since, key)
+		fmt.Fprintf(tw, "%d\t%s\t%.1f%%\t%s\t%s\t%s\t%s  %s\n", i+1, human(k.Rate), 100*k.Share, human(k.ReadRate), human(k.WriteRate), since, placedCell(showPrimary, k), key)
 	}
 	tw.Flush()
 	if len(r.Keys) == 0 {
@@ -255,6 +256,41 @@ func renderTop(w io.Writer, r *agent.TopK, addr string, now time.Time, cols int)
 	for sc.Scan() {
 		fmt.Fprintln(w, truncateCells(sc.Text(), cols))
 	}
+}
+
+// placedHeader returns the header cell of the PRIMARY column with its tab, when shown; ""
+// otherwise.
+func placedHeader(show bool) string {
+	if !show {
+		return ""
+	}
+	return "PRIMARY\t"
+}
+
+// placedCell returns k's PRIMARY cell with its tab, when the column is shown: the primary
+// and, in a cluster, the slot; "-" for a key the agent could not place (truncated).
+func placedCell(show bool, k agent.Key) string {
+	if !show {
+		return ""
+	}
+	switch {
+	case k.Primary == "":
+		return "-\t"
+	case k.Slot != nil:
+		return fmt.Sprintf("%s [%d]\t", escapeControls(k.Primary), *k.Slot)
+	}
+	return escapeControls(k.Primary) + "\t"
+}
+
+// placed reports whether any key carries its primary: the agent places keys in Redis
+// (redis.addrs set), and the PRIMARY column is shown.
+func placed(keys []agent.Key) bool {
+	for _, k := range keys {
+		if k.Primary != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // displayKey returns the key as it can be shown on a terminal: as is when it is UTF-8 and

@@ -46,3 +46,27 @@ func TestTopBadInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderTopPrimary: when the agent places keys in Redis, a PRIMARY column shows each
+// key's primary and slot, "-" for a key it could not place; without placement, no column.
+func TestRenderTopPrimary(t *testing.T) {
+	slot := 5474
+	r := &agent.TopK{Keys: []agent.Key{
+		{Key: "score:match42", Rate: 9000, Primary: "127.0.0.1:7001", Slot: &slot},
+		{Key: "feed:xxxxxxxx", Rate: 10, Truncated: true},
+	}}
+	var buf bytes.Buffer
+	renderTop(&buf, r, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
+	lines := strings.Split(buf.String(), "\n")
+	if len(lines) < 5 || !strings.Contains(lines[3], "PRIMARY") ||
+		!strings.Contains(lines[4], "127.0.0.1:7001 [5474]") || !strings.HasSuffix(lines[4], "  score:match42") ||
+		!strings.Contains(lines[5], " -  feed:xxxxxxxx") {
+		t.Errorf("frame:\n%s\nwant a PRIMARY column: 127.0.0.1:7001 [5474] for score:match42, - for the truncated key", buf.String())
+	}
+	r.Keys[0].Primary, r.Keys[0].Slot = "", nil
+	buf.Reset()
+	renderTop(&buf, r, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
+	if strings.Contains(buf.String(), "PRIMARY") {
+		t.Errorf("frame without placement:\n%s\nwant no PRIMARY column", buf.String())
+	}
+}

@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/detector"
+	"github.com/hotkeyd/hotkeyd/mitigate"
+)
+
+// Nodes is the answer of GET /v1/nodes: where the ranked keys' load lands in Redis, per
+// primary, with each primary's heaviest keys. An extension, documented in docs/api.md.
+type Nodes struct {
+	At time.Time `json:"at"`
+	// Cluster is whether the configured Redis is a cluster; false for a standalone server
+	// and without redis.addrs (then Nodes is empty).
+	Cluster bool   `json:"cluster"`
+	Nodes   []Node `json:"nodes"`
+}
+
+// Node is one primary's part of the ranked keys' load.
+type Node struct {
+	// Primary is the primary's address; "" gathers keys in slots no primary owns (a
+	// cluster being resharded or failed).
+	Primary string `json:"primary"`
+	// Slots is the number of hash slots the primary owns (16384 for a standalone server).
+	Slots int `json:"slots"`
+	// Rate is the sum of the rates of the ranked keys it owns, requests per second.
+	Rate float64 `json:"rate"`
+	// Share is Rate over the rate of all ranked keys whose primary is known.
+	Share float64 `json:"share"`
+	// Keys are its heaviest ranked keys, heaviest first; Share is of the primary's Rate.
+	Keys []NodeKey `json:"keys"`
+}
+
+// NodeKey is one of a primary's heaviest keys.
+type NodeKey struct {
+	Key    string  `json:"key"`
+	KeyB64 string  `json:"key_b64,omitempty"`
+	Slot   int     `json:"slot"`
+	Rate   float64 `json:"rate"`
+	Share  float64 `json:"share"`
+}
+
+// nodeKeys is how many of each primary's heaviest keys the evaluation keeps.
+const nodeKeys = 5
+
+// nodeLoads computes each primary's share of the ranked keys' load. A truncated key
+// counts only when its shown prefix decides its slot (a whole hash tag): otherwise its
+// primary is unknown, and guessing from the prefix would charge the wrong one.
+func nodeLoads(levels []detector.Level, topo *mitigate.Topology) []mitigate.NodeLoad {
+	loads := make([]mitigate.KeyLoad, 0, len(levels))
+	for _, l := range levels {
+		if l.Key.Flags&FlagTruncated != 0 {
+			if _, ok := mitigate.PrefixSlot(l.Key.Key); !ok {
+				continue
+			}
+		}
+		loads = append(loads, mitigate.KeyLoad{Key: l.Key.Key, Rate: l.ReadRate + l.WriteRate})
+	}
+	return mitigate.NodeShares(loads, topo, nodeKeys)
+}
+
+// placement returns a key's slot (nil outside a cluster) and primary ("" without a
+// topology, or when the key was truncated before its slot was decided).
+func (a *Agent) placement(key string, flags uint8) (*int, string) {
+	st := a.redis.Load()
+	if st == nil {
+		return nil, ""
+	}
+	slot := mitigate.Slot(key)
+	if flags&FlagTruncated != 0 {
+		var ok bool
+		if slot, ok = mitigate.PrefixSlot(key); !ok {
+			return nil, ""
+		}
+	}
+	primary := st.topo.PrimaryOf(slot)
+	if !st.topo.IsCluster() {
+		return nil, primary
+	}
+	return &slot, primary
+}
+
+// nodes answers GET /v1/nodes from the last evaluation.
+func (a *Agent) nodes(w http.ResponseWriter, _ *http.Request) {
+	v := a.view.Load()
+	out := Nodes{At: v.at.UTC(), Nodes: make([]Node, 0, len(v.nodes))}
+	if st := a.redis.Load(); st != nil {
+		out.Cluster = st.topo.IsCluster()
+	}
+	for _, n := range v.nodes {
+		j := Node{Primary: n.Primary, Slots: v.slots[n.Primary], Rate: n.Rate, Share: n.Share, Keys: make([]NodeKey, 0, len(n.Keys))}
+		for _, k := range n.Keys {
+			j.Keys = append(j.Keys, NodeKey{Key: a.display(k.Key), KeyB64: a.displayB64(k.Key), Slot: k.Slot, Rate: k.Rate, Share: k.Share})
+		}
+		out.Nodes = append(out.Nodes, j)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
