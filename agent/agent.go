@@ -66,6 +66,10 @@ type Options struct {
 	Planner mitigate.PlannerOptions
 	// Events is the registry of predicted hot keys. Default: an in-memory store.
 	Events registry.Store
+	// RedisInfo is how often the agent reads each primary's INFO (commands, CPU, bytes),
+	// for hotkeyd_redis_*_total and /v1/nodes; with RedisAddrs only. Default: 10s;
+	// negative: never.
+	RedisInfo time.Duration
 	// CopyRefresh is how often the agent rewrites copies of split keys from their
 	// originals (the staleness bound for writers that bypass the SDK). Default: 1s.
 	CopyRefresh time.Duration

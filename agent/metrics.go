@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/hotkeyd/hotkeyd/nodeload"
 	"runtime"
 	"slices"
 	"strings"
@@ -101,7 +102,13 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		eventObserved: prometheus.NewDesc("hotkeyd_event_observed_rate", "The peak rate one key under an armed registry event has reached in this occurrence, requests/s.", []string{"event", "op"}, nil),
 		nodeShare:     prometheus.NewDesc("hotkeyd_node_share", "A primary's share of the load of the ranked keys, from sampled rates and the slot map.", []string{"primary"}, nil),
 	}
-	for _, c := range []prometheus.Collector{m.samples, m.drops, m.unauthorized, m.changes, m.delay, m.surprises, m} {
+	redisLoad := nodeload.NewCollector(func() *nodeload.Poller {
+		if st := a.redis.Load(); st != nil {
+			return st.load
+		}
+		return nil
+	})
+	for _, c := range []prometheus.Collector{m.samples, m.drops, m.unauthorized, m.changes, m.delay, m.surprises, m, redisLoad} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("agent: metrics: %w", err)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hotkeyd/hotkeyd/detector"
 	"github.com/hotkeyd/hotkeyd/mitigate"
+	"github.com/hotkeyd/hotkeyd/nodeload"
 )
 
 // Nodes is the answer of GET /v1/nodes: where the ranked keys' load lands in Redis, per
@@ -31,6 +32,19 @@ type Node struct {
 	Share float64 `json:"share"`
 	// Keys are its heaviest ranked keys, heaviest first; Share is of the primary's Rate.
 	Keys []NodeKey `json:"keys"`
+	// Redis is the primary's own load between its last two INFO readings; nil until it
+	// has answered two in a row, and with redis.info_interval 0.
+	Redis *RedisLoad `json:"redis,omitempty"`
+}
+
+// RedisLoad is a primary's own load, from INFO: all of its traffic, not only the sampled.
+type RedisLoad struct {
+	At                      time.Time `json:"at"`      // the later reading
+	Seconds                 float64   `json:"seconds"` // between the two readings
+	CommandsPerSecond       float64   `json:"commands_per_second"`
+	CPU                     float64   `json:"cpu"` // cores busy: near 1, the primary is saturated
+	NetInputBytesPerSecond  float64   `json:"net_input_bytes_per_second"`
+	NetOutputBytesPerSecond float64   `json:"net_output_bytes_per_second"`
 }
 
 // NodeKey is one of a primary's heaviest keys.
@@ -86,11 +100,19 @@ func (a *Agent) placement(key string, flags uint8) (*int, string) {
 func (a *Agent) nodes(w http.ResponseWriter, _ *http.Request) {
 	v := a.view.Load()
 	out := Nodes{At: v.at.UTC(), Nodes: make([]Node, 0, len(v.nodes))}
+	var loads map[string]nodeload.Load
 	if st := a.redis.Load(); st != nil {
 		out.Cluster = st.topo.IsCluster()
+		if st.load != nil {
+			loads = st.load.Loads()
+		}
 	}
 	for _, n := range v.nodes {
 		j := Node{Primary: n.Primary, Slots: v.slots[n.Primary], Rate: n.Rate, Share: n.Share, Keys: make([]NodeKey, 0, len(n.Keys))}
+		if l, ok := loads[n.Primary]; ok {
+			j.Redis = &RedisLoad{At: l.At.UTC(), Seconds: l.Span.Seconds(), CommandsPerSecond: l.CommandsPerSecond, CPU: l.CPU,
+				NetInputBytesPerSecond: l.NetInputBytesPerSecond, NetOutputBytesPerSecond: l.NetOutputBytesPerSecond}
+		}
 		for _, k := range n.Keys {
 			j.Keys = append(j.Keys, NodeKey{Key: a.display(k.Key), KeyB64: a.displayB64(k.Key), Slot: k.Slot, Rate: k.Rate, Share: k.Share})
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -187,5 +189,87 @@ func TestNodesWithoutRedis(t *testing.T) {
 	top := decode[TopK](t, do(t, h, "GET", "/v1/topk", ""))
 	if len(top.Keys) != 1 || top.Keys[0].Slot != nil || top.Keys[0].Primary != "" {
 		t.Errorf("keys without Redis: %+v; want one, unplaced", top.Keys)
+	}
+}
+
+// TestNodesRedisLoad: the agent reads each primary's INFO; after a burst of reads of one
+// key, /v1/nodes shows its primary's own load far above the others', and /metrics
+// carries each primary's counters, clean by promtool. With RedisInfo negative, neither.
+func TestNodesRedisLoad(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not found: run ./scripts/test.sh, which installs Debian's prometheus package")
+	}
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { rdb.Close() })
+	a := runAgent(t, Options{RedisAddrs: cl.Addrs(), RedisInfo: 100 * time.Millisecond})
+	off := runAgent(t, Options{RedisAddrs: cl.Addrs(), RedisInfo: -1})
+	waitFor(t, func() bool { return a.namer() != nil && off.namer() != nil })
+	const key = "sale:sku:4711"
+	owner := a.redis.Load().topo.PrimaryOfKey(key)
+
+	var nodes Nodes
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pipe := rdb.Pipeline()
+		for range 2000 {
+			pipe.Get(ctx, key)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		nodes = getJSON[Nodes](t, fmt.Sprintf("http://%s/v1/nodes", a.HTTPAddr()))
+		busiest, others := 0.0, 0.0
+		for _, n := range nodes.Nodes {
+			if n.Redis == nil {
+				continue
+			}
+			if n.Primary == owner {
+				busiest = n.Redis.CommandsPerSecond
+			} else {
+				others = max(others, n.Redis.CommandsPerSecond)
+			}
+		}
+		if busiest > 10*others && busiest > 1000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/v1/nodes never showed %s (owner of %s) far busier than the others: %+v", owner, key, nodes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", a.HTTPAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, p := range cl.Addrs() {
+		if want := fmt.Sprintf("hotkeyd_redis_commands_total{primary=%q}", p); !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(string(body))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+
+	offNodes := getJSON[Nodes](t, fmt.Sprintf("http://%s/v1/nodes", off.HTTPAddr()))
+	for _, n := range offNodes.Nodes {
+		if n.Redis != nil {
+			t.Errorf("RedisInfo off: node %s has redis load %+v", n.Primary, n.Redis)
+		}
+	}
+	resp, err = http.Get(fmt.Sprintf("http://%s/metrics", off.HTTPAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(body), "hotkeyd_redis_commands_total{") {
+		t.Error("RedisInfo off: /metrics has hotkeyd_redis_commands_total series")
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hotkeyd/hotkeyd/nodeload"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -41,6 +43,10 @@ type redisState struct {
 	rdb         redis.UniversalClient
 	exec        *mitigate.Executor // carries out the Redis part of enforced entries
 	unsubscribe func()             // stops feeding plans to exec
+	// load reads the primaries' own load from INFO; nil when RedisInfo is negative.
+	load *nodeload.Poller
+	// nodes are load's connections, one per primary; nil with load.
+	nodes *mitigate.NodeClients
 }
 
 // connectRedis learns the topology from the configured addresses, retrying every few
@@ -87,18 +93,21 @@ func (a *Agent) connectRedis(ctx context.Context) {
 			}
 			st.unsubscribe = a.store.Subscribe(st.exec.Offer)
 			st.exec.Offer(a.store.Current())
+			a.startRedisInfo(st)
 			a.redis.Store(st)
 			a.log.Info("redis topology known", "cluster", topo.IsCluster(), "primaries", topo.PrimaryAddrs())
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
+			var wg sync.WaitGroup
+			wg.Go(func() {
 				// Run ends with ctx's error when the agent stops: that is no fault.
 				if err := st.exec.Run(ctx); err != nil && ctx.Err() == nil {
 					a.log.Warn("mitigation executor stopped", "err", err)
 				}
-			}()
+			})
+			if st.load != nil {
+				wg.Go(func() { st.load.Run(ctx) })
+			}
 			topo.Run(ctx)
-			<-done
+			wg.Wait()
 			return
 		}
 		a.log.Warn("redis unreachable; detection goes on, mitigations that need Redis wait", "addrs", a.opts.RedisAddrs, "err", err)
@@ -108,6 +117,43 @@ func (a *Agent) connectRedis(ctx context.Context) {
 		case <-time.After(5 * time.Second):
 		}
 	}
+}
+
+// startRedisInfo sets up the reading of the primaries' INFO, unless RedisInfo is negative.
+// A primary that fails to answer is logged once until it answers again.
+func (a *Agent) startRedisInfo(st *redisState) {
+	if a.opts.RedisInfo < 0 {
+		return
+	}
+	st.nodes = mitigate.NewNodeClients(nil)
+	var mu sync.Mutex // guards failing
+	failing := map[string]bool{}
+	p, err := nodeload.New(nodeload.Options{
+		Primaries: st.topo.PrimaryAddrs,
+		Conn:      st.nodes,
+		Interval:  a.opts.RedisInfo,
+		Now:       a.now,
+		OnError: func(addr string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !failing[addr] {
+				failing[addr] = true
+				a.log.Warn("reading a primary's INFO failed; its load is not shown until it answers", "primary", addr, "err", err)
+			}
+		},
+		OnRead: func(addr string) {
+			mu.Lock()
+			defer mu.Unlock()
+			delete(failing, addr)
+		},
+	})
+	if err != nil { // the options above are always valid
+		a.log.Error("reading primaries' INFO", "err", err)
+		st.nodes.Close()
+		st.nodes = nil
+		return
+	}
+	st.load = p
 }
 
 // keyLogger returns the logger for parts that log keys under the attribute "key" (the
@@ -172,6 +218,9 @@ func (a *Agent) closeRedis() {
 	}
 	st.rdb.Close()
 	st.topo.Close()
+	if st.nodes != nil {
+		st.nodes.Close()
+	}
 }
 
 // namer returns the topology to name copies with, nil while none is known.

@@ -49,6 +49,10 @@ type Redis struct {
 	// means detection only: nothing is written to Redis. In the environment they are
 	// comma-separated. Default empty.
 	Addrs []string `yaml:"addrs"`
+	// InfoInterval is how often the agent reads each primary's INFO (commands, CPU,
+	// network bytes) for hotkeyd_redis_*_total and GET /v1/nodes; 0 never. Three small
+	// INFO sections per primary each time. Default 10s.
+	InfoInterval time.Duration `yaml:"info_interval"`
 }
 
 // Proxy configures the RESP proxy tap. Listen and Upstream are both set or both empty.
@@ -296,6 +300,7 @@ func Default() Config {
 	return Config{
 		HTTP:    HTTP{Listen: "127.0.0.1:9736", MaxBodyBytes: 1 << 20},
 		UDP:     UDP{Listen: "127.0.0.1:9736", Readers: 2},
+		Redis:   Redis{InfoInterval: 10 * time.Second},
 		Proxy:   Proxy{SampleEvery: 100, Multiplex: true, SchedPolicy: "auto"},
 		Monitor: Monitor{SampleEvery: 1},
 		Detector: Detector{

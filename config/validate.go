@@ -41,6 +41,12 @@ func (c Config) Validate() error {
 		seen[a] = i
 	}
 
+	if c.Redis.InfoInterval != 0 {
+		if d := c.Redis.InfoInterval; d < time.Second || d > time.Hour {
+			v.add("redis.info_interval", d, "is out of range", "use 0 (never) or a duration between 1s and 1h")
+		}
+	}
+
 	v.listenAddr("proxy.listen", c.Proxy.Listen, false)
 	v.dialAddr("proxy.upstream", c.Proxy.Upstream, false)
 	switch {

@@ -72,6 +72,16 @@ func nodeShare(l *layout) {
 		desc: "Each primary's current share of the ranked keys' load (hotkeyd_node_share), busiest first. Orange from 0.4, red above 0.5. No data without redis.addrs.",
 		unit: "percentunit", steps: nodeSteps, min: ptr(0.0), max: ptr(1.0),
 		targets: []Target{instant(`sort_desc(max by (primary) (`+m("hotkeyd_node_share")+`))`, "{{primary}}")}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "Commands per primary (INFO)",
+		desc: "Commands each Redis primary runs per second, all of its traffic, from its own INFO (rate of hotkeyd_redis_commands_total, read every redis.info_interval, highest over the selected agents). " +
+			"The ground truth beside the sampled shares: a hot key's primary stands out here, and a split evens the lines out. No data without redis.addrs, or with redis.info_interval 0.",
+		unit:    "cps",
+		targets: []Target{series(`max by (primary) (rate(`+m("hotkeyd_redis_commands_total")+`[$__rate_interval]))`, "{{primary}}")}}.build())
+	l.add(12, 8, panel{typ: "timeseries", title: "CPU per primary (INFO)",
+		desc: "CPU each Redis primary's process uses, in cores (rate of hotkeyd_redis_cpu_seconds_total, from used_cpu_sys + used_cpu_user of its INFO). Redis runs commands on one thread: near 1 a primary is saturated, whatever its share. " +
+			"Orange from 0.7, red from 0.9. No data without redis.addrs, or with redis.info_interval 0.",
+		unit: "short", steps: []Step{at("orange", 0.7), at("red", 0.9)}, thresholdStyle: "dashed", min: ptr(0.0),
+		targets: []Target{series(`max by (primary) (rate(`+m("hotkeyd_redis_cpu_seconds_total")+`[$__rate_interval]))`, "{{primary}}")}}.build())
 }
 
 func overview() *Dashboard {

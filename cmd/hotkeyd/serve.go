@@ -134,6 +134,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 		HashKeys:            cfg.Metrics.HashKeys,
 		KeyMinRatio:         keyMinRatio(cfg.Metrics.KeyMinRatio),
 		RedisAddrs:          cfg.Redis.Addrs,
+		RedisInfo:           infoInterval(cfg.Redis.InfoInterval),
 		Planner:             plannerOptions(cfg.Mitigate),
 		CopyRefresh:         cfg.Mitigate.CopyRefresh,
 		Logger:              log,
@@ -345,4 +346,13 @@ func processRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// infoInterval maps redis.info_interval, where 0 is never, to agent.Options.RedisInfo,
+// where it is negative.
+func infoInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
