@@ -44,7 +44,7 @@ func TestTopFrameWideEmojiReview(t *testing.T) {
 	}
 	for _, cols := range []int{100, 80, 40} {
 		var frame bytes.Buffer
-		writeFrame(&frame, r, nil, fuzzTopAddr, time.Second, since.Add(time.Hour), cols, 24, true, true)
+		writeFrame(&frame, r, nil, nil, fuzzTopAddr, time.Second, since.Add(time.Hour), cols, 24, true, true)
 		for l := range strings.SplitSeq(strings.TrimPrefix(frame.String(), "\x1b[H\x1b[2J"), "\n") {
 			if w := termCellsReview(l); w > cols {
 				t.Errorf("line of %d cells on a terminal %d wide: %q", w, cols, l)

@@ -36,7 +36,9 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: hotkeyd top [--addr URL] [flags]\n\n"+
 			"A live view of the agent's hot keys (GET /v1/topk), refreshed every --interval; q or\n"+
-			"Ctrl-C quits. Into a pipe or a file it writes plain frames one after another.\n\nFlags:\n")
+			"Ctrl-C quits. Into a pipe or a file it writes plain frames one after another. With\n"+
+			"redis.addrs on the agent, each key's primary and slot, and the primaries' load\n"+
+			"(GET /v1/nodes), are shown too.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -67,7 +69,7 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err != nil {
 			return err
 		}
-		renderTop(stdout, reply, *addr, time.Now(), 0)
+		renderTop(stdout, reply, fetchNodes(ctx, client, reply, *addr), *addr, time.Now(), 0)
 		return nil
 	}
 
@@ -99,6 +101,10 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var frame bytes.Buffer
 	for first := true; ; first = false {
 		reply, err := fetchTop(ctx, client, u.String())
+		var nodes *agent.Nodes
+		if err == nil {
+			nodes = fetchNodes(ctx, client, reply, *addr)
+		}
 		if ctx.Err() != nil {
 			fmt.Fprintln(stdout)
 			return nil // q, Ctrl-C, SIGTERM or SIGHUP during the request: not an error to show
@@ -108,7 +114,7 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if out != nil {
 			cols, rows, tty = termSize(out)
 		}
-		writeFrame(&frame, reply, err, *addr, *interval, time.Now(), cols, rows, tty, first)
+		writeFrame(&frame, reply, nodes, err, *addr, *interval, time.Now(), cols, rows, tty, first)
 		_, _ = stdout.Write(frame.Bytes())
 		select {
 		case <-ctx.Done():
@@ -124,7 +130,7 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // screen, and the frame fits: no line is wider than cols, and there are at most rows
 // lines, the last without its line end, so that the terminal never scrolls the header
 // away. Elsewhere frames follow one another, after a blank line but the first.
-func writeFrame(frame *bytes.Buffer, reply *agent.TopK, err error, addr string, interval time.Duration, now time.Time, cols, rows int, tty, first bool) {
+func writeFrame(frame *bytes.Buffer, reply *agent.TopK, nodes *agent.Nodes, err error, addr string, interval time.Duration, now time.Time, cols, rows int, tty, first bool) {
 	switch {
 	case tty:
 		frame.WriteString("\x1b[H\x1b[2J") // home, clear
@@ -132,17 +138,17 @@ func writeFrame(frame *bytes.Buffer, reply *agent.TopK, err error, addr string, 
 		frame.WriteString("\n") // plain frames one after another, for a file or a pager
 	}
 	var text bytes.Buffer
-	switch keys := rows - 5; {
+	switch keys := rows - 5 - nodeLines(nodes); {
 	case err != nil:
 		fmt.Fprintf(&text, "hotkeyd top — %s\n\n%s\n\nretrying every %v; q to quit\n", addr, escapeControls(err.Error()), interval)
 	case tty && keys >= 1 && len(reply.Keys) > keys:
 		// Show as many keys as fit, and say how many do not.
 		hidden := len(reply.Keys) - (keys - 1)
 		reply.Keys = reply.Keys[:keys-1]
-		renderTop(&text, reply, addr, now, cols)
+		renderTop(&text, reply, nodes, addr, now, cols)
 		fmt.Fprintf(&text, "(%d more below; a taller terminal shows them)\n", hidden)
 	default:
-		renderTop(&text, reply, addr, now, cols)
+		renderTop(&text, reply, nodes, addr, now, cols)
 	}
 	if !tty {
 		frame.Write(text.Bytes())
@@ -203,7 +209,7 @@ const topNarrow = 80
 
 // renderTop writes one frame: a header line and a table of keys. With cols > 0 (a
 // terminal that wide) no line is wider than cols cells; 0 means no limit.
-func renderTop(w io.Writer, r *agent.TopK, addr string, now time.Time, cols int) {
+func renderTop(w io.Writer, r *agent.TopK, nodes *agent.Nodes, addr string, now time.Time, cols int) {
 	var buf bytes.Buffer
 	narrow := cols > 0 && cols < topNarrow
 	fmt.Fprintf(&buf, "hotkeyd top — %s — q to quit — %s\n", now.Format("15:04:05"), addr)
@@ -211,6 +217,9 @@ func renderTop(w io.Writer, r *agent.TopK, addr string, now time.Time, cols int)
 		fmt.Fprintf(&buf, "%s/s · %d keys · %d hot\n\n", human(r.TotalRate), r.DistinctKeys, r.HotKeys)
 	} else {
 		fmt.Fprintf(&buf, "traffic %s/s over %.1fs · %d distinct keys · %d hot\n\n", human(r.TotalRate), r.WindowSeconds, r.DistinctKeys, r.HotKeys)
+	}
+	if nodeLines(nodes) > 0 {
+		renderNodes(&buf, nodes, narrow)
 	}
 	// Numbers are right-aligned cells; the key is the text after the last cell, so that
 	// it starts in the same column whatever its length.
@@ -256,6 +265,74 @@ func renderTop(w io.Writer, r *agent.TopK, addr string, now time.Time, cols int)
 	for sc.Scan() {
 		fmt.Fprintln(w, truncateCells(sc.Text(), cols))
 	}
+}
+
+// topNodes is how many primaries the primaries line names; the rest are counted.
+const topNodes = 6
+
+// fetchNodes returns the agent's GET /v1/nodes when the keys say it places them in Redis;
+// nil otherwise, and on any failure (an older agent without the endpoint): the line it
+// feeds is an extra, never a reason to show an error instead of the keys.
+func fetchNodes(ctx context.Context, c *http.Client, r *agent.TopK, addr string) *agent.Nodes {
+	if !placed(r.Keys) {
+		return nil
+	}
+	u, err := agentURL(addr, "/v1/nodes")
+	if err != nil {
+		return nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var n agent.Nodes
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&n) != nil {
+		return nil
+	}
+	return &n
+}
+
+// nodeLines is the number of lines the primaries take in a frame: 2 (the line and a blank
+// one) with primaries to show, else 0.
+func nodeLines(n *agent.Nodes) int {
+	if n == nil || len(n.Nodes) == 0 {
+		return 0
+	}
+	return 2
+}
+
+// renderNodes writes the primaries line: each primary's share of the ranked keys' load,
+// busiest first, and its own CPU from INFO when known (narrow: the share only).
+func renderNodes(w io.Writer, n *agent.Nodes, narrow bool) {
+	var b strings.Builder
+	if narrow {
+		b.WriteString("primaries:")
+	} else {
+		b.WriteString("primaries (top-k share, CPU):")
+	}
+	for i, node := range n.Nodes {
+		if i == topNodes {
+			fmt.Fprintf(&b, " · %d more", len(n.Nodes)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(" ·")
+		}
+		name := escapeControls(node.Primary)
+		if name == "" {
+			name = "(no owner)"
+		}
+		fmt.Fprintf(&b, " %s %.0f%%", name, 100*node.Share)
+		if node.Redis != nil && !narrow {
+			fmt.Fprintf(&b, " cpu %.2f", node.Redis.CPU)
+		}
+	}
+	fmt.Fprintf(w, "%s\n\n", b.String())
 }
 
 // placedHeader returns the header cell of the PRIMARY column with its tab, when shown; ""

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/hotkeyd/hotkeyd/agent"
 	"github.com/hotkeyd/hotkeyd/internal/agenttest"
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+	"github.com/hotkeyd/hotkeyd/mitigate"
 	"github.com/hotkeyd/hotkeyd/sampler"
 )
 
@@ -20,7 +23,13 @@ import (
 // every 50 ms until the test ends, and returns its base URL.
 func feedAgent(t *testing.T, keys ...string) string {
 	t.Helper()
-	a := agenttest.Run(t, agent.Options{})
+	return feedAgentWith(t, agent.Options{}, keys...)
+}
+
+// feedAgentWith is feedAgent with the agent's options.
+func feedAgentWith(t *testing.T, o agent.Options, keys ...string) string {
+	t.Helper()
+	a := agenttest.Run(t, o)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	t.Cleanup(func() { close(stop); <-done })
@@ -91,7 +100,7 @@ func TestTopArgs(t *testing.T) {
 func TestRenderTopLongUnicodeKey(t *testing.T) {
 	r := &agent.TopK{Keys: []agent.Key{{Key: strings.Repeat("é", 40), Rate: 10}, {Key: strings.Repeat("热", 40), Rate: 5}}}
 	var buf bytes.Buffer
-	renderTop(&buf, r, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
+	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
 	if !utf8.Valid(buf.Bytes()) {
 		t.Errorf("frame is not valid UTF-8:\n%q", buf.String())
 	}
@@ -132,5 +141,38 @@ func TestTopErrorBodyEscaped(t *testing.T) {
 	_, _, err := runCmd(t, context.Background(), "top", "--once", "--addr", srv.URL)
 	if err == nil || strings.ContainsAny(err.Error(), "\x1b\a") || !strings.Contains(err.Error(), "bad gateway") {
 		t.Errorf("top against a server answering 502: %q; want the reply shown with its control characters escaped", err)
+	}
+}
+
+// TestTopOncePrimaries: against an agent on a real 3-primary cluster, top shows each key's
+// primary and slot, and a primaries line with the hot key's primary first and each
+// primary's CPU from INFO.
+func TestTopOncePrimaries(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	const key = "score:match42"
+	addr := feedAgentWith(t, agent.Options{RedisAddrs: cl.Addrs(), RedisInfo: 100 * time.Millisecond}, key, "user:1", "user:2")
+	topo, err := mitigate.NewTopology(context.Background(), mitigate.TopologyOptions{Seeds: cl.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer topo.Close()
+	primary := topo.PrimaryOfKey(key)
+	var out string
+	eventually(t, "a frame with primaries and their CPU", func() bool {
+		var stdout, stderr bytes.Buffer
+		if err := top(context.Background(), []string{"--once", "--addr", addr}, strings.NewReader(""), &stdout, &stderr); err != nil {
+			t.Fatalf("top --once: %v\n%s", err, stderr.String())
+		}
+		out = stdout.String()
+		return strings.Contains(out, "primaries (top-k share, CPU): "+primary+" ") && strings.Count(out, " cpu ") == 3
+	})
+	want := fmt.Sprintf("%s [%d]", primary, mitigate.Slot(key))
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasSuffix(line, "  "+key) && !strings.Contains(line, want) {
+			t.Errorf("line of %s: %q; want its primary and slot %q", key, line, want)
+		}
+	}
+	if !strings.Contains(out, "PRIMARY") {
+		t.Errorf("frame:\n%s\nwant a PRIMARY column", out)
 	}
 }

@@ -63,8 +63,12 @@ func FuzzTopFrame(f *testing.F) {
 		if !tty {
 			c, h = 0, 0 // termSize gives no size when stdout is not a terminal
 		}
+		var nodes *agent.Nodes // the primaries line, named by the fuzzed keys, on one frame in three
+		if n%3 == 0 {
+			nodes = &agent.Nodes{Nodes: []agent.Node{{Primary: key2, Share: share, Redis: &agent.RedisLoad{CPU: read}}, {Primary: key, Share: rate}}}
+		}
 		var frame bytes.Buffer
-		writeFrame(&frame, r, nil, fuzzTopAddr, time.Second, now, c, h, tty, false)
+		writeFrame(&frame, r, nodes, nil, fuzzTopAddr, time.Second, now, c, h, tty, false)
 		checkTopFrame(t, frame.String(), c, h, tty, key, key2, predicted)
 	})
 }
@@ -117,7 +121,7 @@ func FuzzTopReply(f *testing.F) {
 			c, h = 0, 0
 		}
 		var frame bytes.Buffer
-		writeFrame(&frame, reply, err, fuzzTopAddr, time.Second, now, c, h, tty, true)
+		writeFrame(&frame, reply, nil, err, fuzzTopAddr, time.Second, now, c, h, tty, true)
 		checkTopFrame(t, frame.String(), c, h, tty, string(body))
 	})
 }

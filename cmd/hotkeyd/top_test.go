@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ func TestRenderTopEscapesKeys(t *testing.T) {
 		{Key: "bell\a\r\nline", Rate: 5},
 	}}
 	var buf bytes.Buffer
-	renderTop(&buf, r, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
+	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
 	out := buf.String()
 	for _, c := range []string{"\x1b", "\a", "\r"} {
 		if strings.Contains(out, c) {
@@ -56,7 +57,7 @@ func TestRenderTopPrimary(t *testing.T) {
 		{Key: "feed:xxxxxxxx", Rate: 10, Truncated: true},
 	}}
 	var buf bytes.Buffer
-	renderTop(&buf, r, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
+	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
 	lines := strings.Split(buf.String(), "\n")
 	if len(lines) < 5 || !strings.Contains(lines[3], "PRIMARY") ||
 		!strings.Contains(lines[4], "127.0.0.1:7001 [5474]") || !strings.HasSuffix(lines[4], "  score:match42") ||
@@ -65,8 +66,33 @@ func TestRenderTopPrimary(t *testing.T) {
 	}
 	r.Keys[0].Primary, r.Keys[0].Slot = "", nil
 	buf.Reset()
-	renderTop(&buf, r, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
+	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
 	if strings.Contains(buf.String(), "PRIMARY") {
 		t.Errorf("frame without placement:\n%s\nwant no PRIMARY column", buf.String())
+	}
+}
+
+// TestRenderTopNodes: the primaries line names the busiest primaries first with their
+// share and, when INFO was read, their CPU; past six it counts the rest; narrow, shares only.
+func TestRenderTopNodes(t *testing.T) {
+	slot := 1
+	r := &agent.TopK{Keys: []agent.Key{{Key: "k", Rate: 10, Primary: "10.0.0.1:6379", Slot: &slot}}}
+	n := &agent.Nodes{Cluster: true, Nodes: []agent.Node{
+		{Primary: "10.0.0.1:6379", Share: 0.62, Redis: &agent.RedisLoad{CPU: 0.934}},
+		{Primary: "10.0.0.2:6379", Share: 0.2},
+	}}
+	for i := 3; i <= 8; i++ {
+		n.Nodes = append(n.Nodes, agent.Node{Primary: fmt.Sprintf("10.0.0.%d:6379", i)})
+	}
+	var buf bytes.Buffer
+	renderTop(&buf, r, n, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
+	want := "primaries (top-k share, CPU): 10.0.0.1:6379 62% cpu 0.93 · 10.0.0.2:6379 20% · 10.0.0.3:6379 0% · 10.0.0.4:6379 0% · 10.0.0.5:6379 0% · 10.0.0.6:6379 0% · 2 more\n\n"
+	if !strings.Contains(buf.String(), want) {
+		t.Errorf("frame:\n%s\nwant the line %q", buf.String(), want)
+	}
+	buf.Reset()
+	renderTop(&buf, r, n, "http://127.0.0.1:9736", time.Unix(0, 0), 60)
+	if !strings.Contains(buf.String(), "primaries: 10.0.0.1:6379 62% · 10.0.0.2:6379 20%") || strings.Contains(buf.String(), "cpu") {
+		t.Errorf("narrow frame:\n%s\nwant shares without CPU", buf.String())
 	}
 }
