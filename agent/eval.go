@@ -30,6 +30,8 @@ type view struct {
 	nodes []mitigate.NodeLoad
 	// slots is the number of slots each primary of nodes owns.
 	slots map[string]int
+	// unplaced is the rate of the ranked keys no primary could be named for.
+	unplaced float64
 	// planVersion is the version of the current plan.
 	planVersion uint64
 	// predicted lists, per key, the registry events that predict it.
@@ -203,7 +205,7 @@ func (a *Agent) evaluate() {
 		}
 	}
 	if st := a.redis.Load(); st != nil {
-		v.nodes = nodeLoads(levels, st.topo)
+		v.nodes, v.unplaced = nodeLoads(levels, st.topo)
 		v.slots = make(map[string]int, len(v.nodes))
 		for _, n := range v.nodes {
 			v.slots[n.Primary] = st.topo.SlotsOf(n.Primary)

@@ -15,8 +15,14 @@ type Nodes struct {
 	At time.Time `json:"at"`
 	// Cluster is whether the configured Redis is a cluster; false for a standalone server
 	// and without redis.addrs (then Nodes is empty).
-	Cluster bool   `json:"cluster"`
-	Nodes   []Node `json:"nodes"`
+	Cluster bool `json:"cluster"`
+	// Nodes are ordered by Rate, the sampled load of their ranked keys, not by their own
+	// load (Redis): sort by Redis.CPU for that.
+	Nodes []Node `json:"nodes"`
+	// UnplacedRate is the rate of the ranked keys whose primary is unknown (truncated
+	// keys without a whole hash tag in their kept part), left out of every node's Rate
+	// and Share.
+	UnplacedRate float64 `json:"unplaced_rate"`
 }
 
 // Node is one primary's part of the ranked keys' load.
@@ -33,8 +39,18 @@ type Node struct {
 	// Keys are its heaviest ranked keys, heaviest first; Share is of the primary's Rate.
 	Keys []NodeKey `json:"keys"`
 	// Redis is the primary's own load between its last two INFO readings; nil until it
-	// has answered two in a row, and with redis.info_interval 0.
+	// has answered two in a row, while it fails, and with redis.info_interval 0.
 	Redis *RedisLoad `json:"redis,omitempty"`
+	// RedisError says why the primary's last INFO reading failed and since when its
+	// readings have failed: down, or wedged (a long script or command). Nil while it
+	// answers.
+	RedisError *RedisError `json:"redis_error,omitempty"`
+}
+
+// RedisError is a primary whose INFO readings fail.
+type RedisError struct {
+	Error string    `json:"error"`
+	Since time.Time `json:"since"`
 }
 
 // RedisLoad is a primary's own load, from INFO: all of its traffic, not only the sampled.
@@ -42,7 +58,8 @@ type RedisLoad struct {
 	At                      time.Time `json:"at"`      // the later reading
 	Seconds                 float64   `json:"seconds"` // between the two readings
 	CommandsPerSecond       float64   `json:"commands_per_second"`
-	CPU                     float64   `json:"cpu"` // cores busy: near 1, the primary is saturated
+	CPU                     float64   `json:"cpu"`         // its command thread's busy share (the process's before Redis 6.2): near 1, saturated
+	ProcessCPU              float64   `json:"process_cpu"` // cores the whole process uses, I/O threads included
 	NetInputBytesPerSecond  float64   `json:"net_input_bytes_per_second"`
 	NetOutputBytesPerSecond float64   `json:"net_output_bytes_per_second"`
 }
@@ -59,20 +76,23 @@ type NodeKey struct {
 // nodeKeys is how many of each primary's heaviest keys the evaluation keeps.
 const nodeKeys = 5
 
-// nodeLoads computes each primary's share of the ranked keys' load. A truncated key
-// counts only when its shown prefix decides its slot (a whole hash tag): otherwise its
-// primary is unknown, and guessing from the prefix would charge the wrong one.
-func nodeLoads(levels []detector.Level, topo *mitigate.Topology) []mitigate.NodeLoad {
+// nodeLoads computes each primary's share of the ranked keys' load, and the rate of those
+// it cannot place. A truncated key counts only when its shown prefix decides its slot (a
+// whole hash tag): otherwise its primary is unknown, and guessing from the prefix would
+// charge the wrong one.
+func nodeLoads(levels []detector.Level, topo *mitigate.Topology) ([]mitigate.NodeLoad, float64) {
 	loads := make([]mitigate.KeyLoad, 0, len(levels))
+	unplaced := 0.0
 	for _, l := range levels {
 		if l.Key.Flags&FlagTruncated != 0 {
 			if _, ok := mitigate.PrefixSlot(l.Key.Key); !ok {
+				unplaced += l.ReadRate + l.WriteRate
 				continue
 			}
 		}
 		loads = append(loads, mitigate.KeyLoad{Key: l.Key.Key, Rate: l.ReadRate + l.WriteRate})
 	}
-	return mitigate.NodeShares(loads, topo, nodeKeys)
+	return mitigate.NodeShares(loads, topo, nodeKeys), unplaced
 }
 
 // placement returns a key's slot (nil outside a cluster) and primary ("" without a
@@ -99,18 +119,22 @@ func (a *Agent) placement(key string, flags uint8) (*int, string) {
 // nodes answers GET /v1/nodes from the last evaluation.
 func (a *Agent) nodes(w http.ResponseWriter, _ *http.Request) {
 	v := a.view.Load()
-	out := Nodes{At: v.at.UTC(), Nodes: make([]Node, 0, len(v.nodes))}
-	var loads map[string]nodeload.Load
+	out := Nodes{At: v.at.UTC(), Nodes: make([]Node, 0, len(v.nodes)), UnplacedRate: v.unplaced}
+	var states map[string]nodeload.State
 	if st := a.redis.Load(); st != nil {
 		out.Cluster = st.topo.IsCluster()
 		if st.load != nil {
-			loads = st.load.Loads()
+			states = st.load.Nodes()
 		}
 	}
 	for _, n := range v.nodes {
 		j := Node{Primary: n.Primary, Slots: v.slots[n.Primary], Rate: n.Rate, Share: n.Share, Keys: make([]NodeKey, 0, len(n.Keys))}
-		if l, ok := loads[n.Primary]; ok {
-			j.Redis = &RedisLoad{At: l.At.UTC(), Seconds: l.Span.Seconds(), CommandsPerSecond: l.CommandsPerSecond, CPU: l.CPU,
+		switch s := states[n.Primary]; {
+		case s.Err != nil:
+			j.RedisError = &RedisError{Error: s.Err.Error(), Since: s.Since.UTC()}
+		case s.HasLoad:
+			l := s.Load
+			j.Redis = &RedisLoad{At: l.At.UTC(), Seconds: l.Span.Seconds(), CommandsPerSecond: l.CommandsPerSecond, CPU: l.CPU, ProcessCPU: l.ProcessCPU,
 				NetInputBytesPerSecond: l.NetInputBytesPerSecond, NetOutputBytesPerSecond: l.NetOutputBytesPerSecond}
 		}
 		for _, k := range n.Keys {

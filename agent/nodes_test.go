@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotkeyd/hotkeyd/internal/logbuf"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/sampler"
 	"github.com/redis/go-redis/v9"
@@ -150,6 +152,9 @@ func TestKeyPlacementCluster(t *testing.T) {
 			}
 		}
 	}
+	if nodes.UnplacedRate <= 0 {
+		t.Errorf("/v1/nodes unplaced_rate %v; want the rate of %q, which no primary could be named for", nodes.UnplacedRate, untagged)
+	}
 	if math.Abs(share-1) > 1e-9 || slotsSum != 16384 {
 		t.Errorf("/v1/nodes: shares sum to %v, slots to %d; want 1 and 16384", share, slotsSum)
 	}
@@ -271,5 +276,53 @@ func TestNodesRedisLoad(t *testing.T) {
 	resp.Body.Close()
 	if strings.Contains(string(body), "hotkeyd_redis_commands_total{") {
 		t.Error("RedisInfo off: /metrics has hotkeyd_redis_commands_total series")
+	}
+}
+
+// TestNodesPrimaryWedged: a primary that stops answering (SIGSTOP, as a long script or a
+// hung host leaves it) shows in /v1/nodes with its error and in /metrics with
+// hotkeyd_redis_info_up 0, instead of vanishing; the log says so once, and again when it
+// answers.
+func TestNodesPrimaryWedged(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	var logs logbuf.Buffer
+	a := runAgent(t, Options{RedisAddrs: cl.Addrs(), RedisInfo: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	waitFor(t, func() bool { return a.namer() != nil })
+	url := fmt.Sprintf("http://%s/v1/nodes", a.HTTPAddr())
+	node := func(addr string) Node { // the zero Node while the agent has not listed it
+		for _, n := range getJSON[Nodes](t, url).Nodes {
+			if n.Primary == addr {
+				return n
+			}
+		}
+		return Node{}
+	}
+	wedged := cl.Nodes()[1]
+	waitFor(t, func() bool { return node(wedged.Addr()).Redis != nil })
+	wedged.Pause(t)
+	paused := time.Now()
+	waitFor(t, func() bool { return node(wedged.Addr()).RedisError != nil })
+	n := node(wedged.Addr())
+	if n.Redis != nil || !strings.Contains(n.RedisError.Error, "no answer within 100ms") ||
+		n.RedisError.Since.Before(paused.Add(-time.Second)) || n.RedisError.Since.After(time.Now()) {
+		t.Errorf("wedged %s in /v1/nodes: %+v, error %+v; want no load, the error, since about %v", wedged.Addr(), n.Redis, n.RedisError, paused)
+	}
+	time.Sleep(500 * time.Millisecond) // five failed readings more
+	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", a.HTTPAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("hotkeyd_redis_info_up{primary=%q} 0", wedged.Addr()); !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	if c := strings.Count(logs.String(), "a primary does not answer INFO"); c != 1 {
+		t.Errorf("the log tells of the wedged primary %d times; want once:\n%s", c, logs.String())
+	}
+	wedged.Resume(t)
+	waitFor(t, func() bool { return node(wedged.Addr()).Redis != nil })
+	if !strings.Contains(logs.String(), "a primary answers INFO again") {
+		t.Errorf("the log does not tell that %s answers again:\n%s", wedged.Addr(), logs.String())
 	}
 }

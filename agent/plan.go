@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +58,10 @@ func (a *Agent) connectRedis(ctx context.Context) {
 		topo, err := mitigate.NewTopology(ctx, mitigate.TopologyOptions{
 			Seeds:   a.opts.RedisAddrs,
 			OnError: func(err error) { a.log.Warn("redis topology refresh failed", "err", err) },
+			OnChange: func(before, after []string) {
+				a.log.Info("redis primaries changed (failover, or nodes added or removed)", "primaries", after,
+					"new", setMinus(after, before), "gone", setMinus(before, after))
+			},
 		})
 		if err == nil {
 			st := &redisState{topo: topo}
@@ -138,13 +143,16 @@ func (a *Agent) startRedisInfo(st *redisState) {
 			defer mu.Unlock()
 			if !failing[addr] {
 				failing[addr] = true
-				a.log.Warn("reading a primary's INFO failed; its load is not shown until it answers", "primary", addr, "err", err)
+				a.log.Warn("a primary does not answer INFO: hotkeyd_redis_info_up is 0 and GET /v1/nodes shows the error until it answers", "primary", addr, "err", err)
 			}
 		},
 		OnRead: func(addr string) {
 			mu.Lock()
 			defer mu.Unlock()
-			delete(failing, addr)
+			if failing[addr] {
+				delete(failing, addr)
+				a.log.Info("a primary answers INFO again; its load is shown from its next reading", "primary", addr)
+			}
 		},
 	})
 	if err != nil { // the options above are always valid
@@ -468,4 +476,15 @@ func isKind(k mitigate.Kind) bool {
 		}
 	}
 	return false
+}
+
+// setMinus returns the addresses of a that b lacks.
+func setMinus(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }

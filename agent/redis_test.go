@@ -21,7 +21,9 @@ import (
 func runAgent(t *testing.T, o Options) *Agent {
 	t.Helper()
 	o.HTTPListen, o.UDPListen = "127.0.0.1:0", "127.0.0.1:0"
-	o.Logger = slog.New(slog.DiscardHandler)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 	a, err := New(o)
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@
 //	udp.listen                     127.0.0.1:9736  host:port for sample datagrams; empty turns UDP off (--udp-listen)
 //	udp.readers                    2               1..64 reading goroutines
 //	redis.addrs                    (none)          host:port list; none means detection only (--redis-addrs)
-//	redis.info_interval            10s             0 (never) or 1s..1h: how often each primary's INFO is read (hotkeyd_redis_*_total, /v1/nodes)
+//	redis.info_interval            10s             0 (never) or 1s..1m: how often each primary's INFO is read (hotkeyd_redis_*_total, /v1/nodes)
 //	proxy.listen                   (none)          host:port of the RESP proxy tap; set with proxy.upstream (--proxy-listen)
 //	proxy.upstream                 (none)          host:port of the Redis behind the proxy (--proxy-upstream)
 //	proxy.upstream_username        (none)          ACL user of the shared upstream connections; empty is user default

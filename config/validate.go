@@ -42,8 +42,10 @@ func (c Config) Validate() error {
 	}
 
 	if c.Redis.InfoInterval != 0 {
-		if d := c.Redis.InfoInterval; d < time.Second || d > time.Hour {
-			v.add("redis.info_interval", d, "is out of range", "use 0 (never) or a duration between 1s and 1h")
+		// Up to a minute: HotkeydPrimaryCPUSaturated takes rates over 2 minutes, which
+		// need two readings in them.
+		if d := c.Redis.InfoInterval; d < time.Second || d > time.Minute {
+			v.add("redis.info_interval", d, "is out of range", "use 0 (never) or a duration from 1s to 1m, such as 10s")
 		}
 	}
 

@@ -134,7 +134,8 @@ func TestValidateRejects(t *testing.T) {
 		{"mitigate.headroom", func(c *Config) { c.Mitigate.Headroom = 2 }, `mitigate.headroom: 2`},
 		{"mitigate.node_capacity", func(c *Config) { c.Mitigate.NodeCapacity = -1 }, `mitigate.node_capacity: -1`},
 		{"mitigate.lease", func(c *Config) { c.Mitigate.Lease = time.Second }, `mitigate.lease: 1s is out of range`},
-		{"redis.info_interval", func(c *Config) { c.Redis.InfoInterval = 500 * time.Millisecond }, `redis.info_interval: 500ms is out of range; use 0 (never) or a duration between 1s and 1h`},
+		{"redis.info_interval", func(c *Config) { c.Redis.InfoInterval = 500 * time.Millisecond }, `redis.info_interval: 500ms is out of range; use 0 (never) or a duration from 1s to 1m, such as 10s`},
+		{"redis.info_interval too long", func(c *Config) { c.Redis.InfoInterval = 90 * time.Second }, `redis.info_interval: 1m30s is out of range`},
 		{"redis.info_interval negative", func(c *Config) { c.Redis.InfoInterval = -time.Second }, `redis.info_interval: -1s is out of range`},
 		// copy claims last one lease and are renewed at the first round after half of it
 		{"mitigate.copy_refresh vs lease", func(c *Config) { c.Mitigate.Lease, c.Mitigate.CopyRefresh = 4*time.Second, 2*time.Second },

@@ -78,10 +78,10 @@ func nodeShare(l *layout) {
 		unit:    "cps",
 		targets: []Target{series(`max by (primary) (rate(`+m("hotkeyd_redis_commands_total")+`[$__rate_interval]))`, "{{primary}}")}}.build())
 	l.add(12, 8, panel{typ: "timeseries", title: "CPU per primary (INFO)",
-		desc: "CPU each Redis primary's process uses, in cores (rate of hotkeyd_redis_cpu_seconds_total, from used_cpu_sys + used_cpu_user of its INFO). Redis runs commands on one thread: near 1 a primary is saturated, whatever its share. " +
-			"Orange from 0.7, red from 0.9. No data without redis.addrs, or with redis.info_interval 0.",
+		desc: "How busy each Redis primary's command thread is, 1 = always (rate of hotkeyd_redis_main_thread_cpu_seconds_total from used_cpu_*_main_thread of its INFO; the whole process's hotkeyd_redis_cpu_seconds_total before Redis 6.2). Redis runs commands on that one thread: near 1 a primary is saturated, whatever its share. " +
+			"Orange from 0.7, red from 0.9 (the HotkeydPrimaryCPUSaturated alert). A primary that stops answering INFO leaves a gap here: see HotkeydPrimaryUnresponsive and hotkeyd_redis_info_up. No data without redis.addrs, or with redis.info_interval 0.",
 		unit: "short", steps: []Step{at("orange", 0.7), at("red", 0.9)}, thresholdStyle: "dashed", min: ptr(0.0),
-		targets: []Target{series(`max by (primary) (rate(`+m("hotkeyd_redis_cpu_seconds_total")+`[$__rate_interval]))`, "{{primary}}")}}.build())
+		targets: []Target{series(`max by (primary) (rate(`+m("hotkeyd_redis_main_thread_cpu_seconds_total")+`[$__rate_interval]) or rate(`+m("hotkeyd_redis_cpu_seconds_total")+`[$__rate_interval]))`, "{{primary}}")}}.build())
 }
 
 func overview() *Dashboard {

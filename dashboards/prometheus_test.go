@@ -103,7 +103,7 @@ func TestPanelsAgainstPrometheus(t *testing.T) {
 	// Every family the boards query exists at the agent before Prometheus starts.
 	waitUntil(t, 15*time.Second, "the agent to export node shares, mitigations, actions, drops and event rates", func() bool {
 		names := agentMetricNames(t, base)
-		return names["hotkeyd_node_share"] && names["hotkeyd_redis_commands_total"] && names["hotkeyd_mitigations"] && names["hotkeyd_samples_dropped_total"] &&
+		return names["hotkeyd_node_share"] && names["hotkeyd_redis_commands_total"] && names["hotkeyd_redis_main_thread_cpu_seconds_total"] && names["hotkeyd_mitigations"] && names["hotkeyd_samples_dropped_total"] &&
 			names["hotkeyd_proxy_clients"] && names["hotkeyd_proxy_pins_total"] &&
 			names["hotkeyd_key_rate"] && names["hotkeyd_mitigation_actions_total"] && names["hotkeyd_event_expected_rate"]
 	})

@@ -111,6 +111,10 @@ type TopologyOptions struct {
 	// OnError, when set, receives the error of each failed refresh made by Run (the
 	// previous slot table stays in use). Default: errors are dropped; Err reports the last.
 	OnError func(error)
+	// OnChange, when set, receives the primaries before and after each refresh made by
+	// Run that finds another set of primaries (a failover, a node added or removed), for
+	// the operator's log. Default: nothing.
+	OnChange func(before, after []string)
 }
 
 // Topology knows which primary owns each slot of a Redis Cluster, or that Redis is a
@@ -435,6 +439,9 @@ func (t *Topology) Run(ctx context.Context) {
 			switch {
 			case !tab.same(fetched):
 				gap = t.opts.MinRefreshGap
+				if t.opts.OnChange != nil && fetched != nil && !slices.Equal(tab.addrs, fetched.addrs) {
+					t.opts.OnChange(slices.Clone(fetched.addrs), slices.Clone(tab.addrs))
+				}
 			case kicked:
 				gap = min(2*gap, t.opts.RefreshInterval)
 			}

@@ -3,6 +3,7 @@ package mitigate
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +42,14 @@ func others(c *redistest.Cluster, n *redistest.Server) []*redistest.Server {
 // is the first it asks: a refresh gives each node a share of RefreshTimeout, not all of it.
 func TestTopologyRefreshPastHungPrimary(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	topo := newTopology(t, TopologyOptions{Seeds: c.Addrs(), RefreshInterval: 100 * time.Millisecond})
+	var mu sync.Mutex // guards changes
+	var changes [][2][]string
+	topo := newTopology(t, TopologyOptions{Seeds: c.Addrs(), RefreshInterval: 100 * time.Millisecond,
+		OnChange: func(before, after []string) {
+			mu.Lock()
+			changes = append(changes, [2][]string{before, after})
+			mu.Unlock()
+		}})
 	hung := primaryAt(t, c, topo.PrimaryAddrs()[0]) // Refresh asks the known primaries in this order
 	replica := c.AddReplica(t, hung)
 	hung.Pause(t)
@@ -63,4 +71,11 @@ func TestTopologyRefreshPastHungPrimary(t *testing.T) {
 		t.Errorf("primaries %v still list the hung %s", topo.PrimaryAddrs(), hung.Addr())
 	}
 	checkCovers(t, topo, topo.PrimaryAddrs())
+	// OnChange told of the failover once, with the primaries before and after.
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changes) != 1 || !slices.Contains(changes[0][0], hung.Addr()) || !slices.Contains(changes[0][1], replica.Addr()) ||
+		slices.Contains(changes[0][1], hung.Addr()) {
+		t.Errorf("OnChange calls %v; want one, from primaries with %s to primaries with %s instead", changes, hung.Addr(), replica.Addr())
+	}
 }

@@ -2,6 +2,7 @@ package nodeload
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,8 +14,14 @@ type Reading struct {
 	At time.Time
 	// Commands is total_commands_processed.
 	Commands uint64
-	// CPUSeconds is used_cpu_sys + used_cpu_user: the main process's CPU time.
+	// CPUSeconds is used_cpu_sys + used_cpu_user: the process's CPU time, I/O threads
+	// and background threads included.
 	CPUSeconds float64
+	// MainThreadCPUSeconds is used_cpu_sys_main_thread + used_cpu_user_main_thread (Redis
+	// 6.2 and later): the CPU time of the thread that runs commands, the one that
+	// saturates. 0 when MainThread is false.
+	MainThreadCPUSeconds float64
+	MainThread           bool
 	// NetInputBytes and NetOutputBytes are total_net_input_bytes and
 	// total_net_output_bytes (replication traffic included).
 	NetInputBytes, NetOutputBytes uint64
@@ -23,9 +30,13 @@ type Reading struct {
 	Uptime uint64
 }
 
-// infoFields are the INFO fields a Reading needs, and the sections that hold them.
-var infoFields = []string{"total_commands_processed", "used_cpu_sys", "used_cpu_user",
-	"total_net_input_bytes", "total_net_output_bytes", "uptime_in_seconds"}
+// infoFields are the INFO fields a Reading needs; optionalFields those it takes when
+// present.
+var (
+	infoFields = []string{"total_commands_processed", "used_cpu_sys", "used_cpu_user",
+		"total_net_input_bytes", "total_net_output_bytes", "uptime_in_seconds"}
+	optionalFields = []string{"used_cpu_sys_main_thread", "used_cpu_user_main_thread"}
+)
 
 // maxInfoBytes bounds the INFO text parsed; a few KiB is usual for the sections asked.
 const maxInfoBytes = 1 << 20
@@ -48,7 +59,7 @@ func ParseInfo(text string, at time.Time) (Reading, error) {
 		if !ok {
 			continue
 		}
-		for _, f := range infoFields {
+		for _, f := range slices.Concat(infoFields, optionalFields) {
 			if name != f {
 				continue
 			}
@@ -90,6 +101,12 @@ func ParseInfo(text string, at time.Time) (Reading, error) {
 	r.NetInputBytes = whole("total_net_input_bytes")
 	r.NetOutputBytes = whole("total_net_output_bytes")
 	r.Uptime = whole("uptime_in_seconds")
+	_, sys := vals["used_cpu_sys_main_thread"]
+	_, user := vals["used_cpu_user_main_thread"]
+	if sys && user {
+		r.MainThreadCPUSeconds = seconds("used_cpu_sys_main_thread") + seconds("used_cpu_user_main_thread")
+		r.MainThread = true
+	}
 	if err != nil {
 		return Reading{}, err
 	}
@@ -110,9 +127,13 @@ type Load struct {
 	Span time.Duration
 	// CommandsPerSecond is the commands the node ran per second.
 	CommandsPerSecond float64
-	// CPU is the CPU time the node used per second: 1 is one core busy. Redis runs
-	// commands on one thread, so near 1 it is saturated.
+	// CPU is the CPU time per second of the thread that runs commands (the main thread),
+	// or of the whole process when INFO does not give the main thread's (before Redis
+	// 6.2): 1 is that thread always busy, the primary saturated.
 	CPU float64
+	// ProcessCPU is the whole process's CPU time per second, I/O threads included: with
+	// io-threads it can pass 1 while the command thread has room.
+	ProcessCPU float64
 	// NetInputBytesPerSecond and NetOutputBytesPerSecond are the bytes it read and wrote
 	// per second.
 	NetInputBytesPerSecond, NetOutputBytesPerSecond float64
@@ -123,17 +144,22 @@ type Load struct {
 // back or a counter fell).
 func Between(prev, cur Reading) (Load, bool) {
 	span := cur.At.Sub(prev.At)
-	if span <= 0 || cur.Uptime < prev.Uptime || cur.Commands < prev.Commands ||
-		cur.CPUSeconds < prev.CPUSeconds || cur.NetInputBytes < prev.NetInputBytes || cur.NetOutputBytes < prev.NetOutputBytes {
+	if span <= 0 || cur.Uptime < prev.Uptime || cur.Commands < prev.Commands || cur.CPUSeconds < prev.CPUSeconds ||
+		cur.MainThreadCPUSeconds < prev.MainThreadCPUSeconds || cur.NetInputBytes < prev.NetInputBytes || cur.NetOutputBytes < prev.NetOutputBytes {
 		return Load{}, false
 	}
 	s := span.Seconds()
-	return Load{
+	l := Load{
 		At:                      cur.At,
 		Span:                    span,
 		CommandsPerSecond:       float64(cur.Commands-prev.Commands) / s,
-		CPU:                     (cur.CPUSeconds - prev.CPUSeconds) / s,
+		ProcessCPU:              (cur.CPUSeconds - prev.CPUSeconds) / s,
 		NetInputBytesPerSecond:  float64(cur.NetInputBytes-prev.NetInputBytes) / s,
 		NetOutputBytesPerSecond: float64(cur.NetOutputBytes-prev.NetOutputBytes) / s,
-	}, true
+	}
+	l.CPU = l.ProcessCPU
+	if prev.MainThread && cur.MainThread {
+		l.CPU = (cur.MainThreadCPUSeconds - prev.MainThreadCPUSeconds) / s
+	}
+	return l, true
 }

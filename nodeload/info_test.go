@@ -39,6 +39,15 @@ func TestParseInfo(t *testing.T) {
 			t.Errorf("%s: error %v; want one containing %q", tc.name, err, tc.wantErr)
 		}
 	}
+	// Redis 6.2 and later give the main thread's CPU too; the load's CPU is then its.
+	withMain := sampleInfo + "used_cpu_sys_main_thread:1.000000\r\nused_cpu_user_main_thread:0.500000\r\n"
+	m, err := ParseInfo(withMain, at)
+	if err != nil || !m.MainThread || m.MainThreadCPUSeconds != 1.5 || m.CPUSeconds != 3.75 {
+		t.Errorf("with the main thread's CPU: %+v, %v; want MainThreadCPUSeconds 1.5 beside CPUSeconds 3.75", m, err)
+	}
+	if _, err := ParseInfo(withMain+"used_cpu_user_main_thread:x\r\n", at); err == nil {
+		t.Error("a main-thread field given twice, the second not a number: no error")
+	}
 	// The same value twice (INFO asked per section can repeat a field) is no conflict.
 	if _, err := ParseInfo(sampleInfo+sampleInfo, at); err != nil {
 		t.Errorf("a field repeated with its value: %v; want no error", err)
@@ -50,9 +59,20 @@ func TestBetween(t *testing.T) {
 	prev := Reading{At: t0, Commands: 1000, CPUSeconds: 10, NetInputBytes: 5000, NetOutputBytes: 7000, Uptime: 100}
 	cur := Reading{At: t0.Add(2 * time.Second), Commands: 201000, CPUSeconds: 11.5, NetInputBytes: 25000, NetOutputBytes: 8000, Uptime: 102}
 	l, ok := Between(prev, cur)
-	want := Load{At: cur.At, Span: 2 * time.Second, CommandsPerSecond: 100000, CPU: 0.75, NetInputBytesPerSecond: 10000, NetOutputBytesPerSecond: 500}
+	want := Load{At: cur.At, Span: 2 * time.Second, CommandsPerSecond: 100000, CPU: 0.75, ProcessCPU: 0.75, NetInputBytesPerSecond: 10000, NetOutputBytesPerSecond: 500}
 	if !ok || l != want {
 		t.Errorf("Between = %+v, %v; want %+v", l, ok, want)
+	}
+	// With io-threads the process uses more CPU than the command thread; CPU is the
+	// command thread's when both readings have it.
+	pm, cm := prev, cur
+	pm.MainThread, pm.MainThreadCPUSeconds = true, 4
+	cm.MainThread, cm.MainThreadCPUSeconds = true, 4.5
+	if l, ok := Between(pm, cm); !ok || l.CPU != 0.25 || l.ProcessCPU != 0.75 {
+		t.Errorf("Between with the main thread's CPU = %+v, %v; want CPU 0.25, ProcessCPU 0.75", l, ok)
+	}
+	if l, _ := Between(prev, cm); l.CPU != 0.75 {
+		t.Errorf("Between with the main thread's CPU in one reading only: CPU %v; want the process's 0.75", l.CPU)
 	}
 	restarted := cur
 	restarted.Uptime, restarted.Commands = 1, 50

@@ -50,9 +50,25 @@ type Poller struct {
 
 // node is what the poller knows of one primary.
 type node struct {
-	last Reading
-	load Load
-	ok   bool // load holds a rate
+	last    Reading // zero until the node has answered
+	read    bool    // last holds a reading
+	load    Load
+	ok      bool // load holds a rate
+	err     error
+	failing time.Time // when the failures in a row began; zero while it answers
+}
+
+// State is what the poller knows of one primary.
+type State struct {
+	// Load is its load between its last two readings, when HasLoad.
+	Load    Load
+	HasLoad bool
+	// Err is why its last reading failed (it did not answer within Options.Timeout, or
+	// answered an error); nil when it answered. Since is when its failures in a row
+	// began. A failing primary has no Load: a wedged primary is as much the news as a
+	// busy one, and its last load would hide it.
+	Err   error
+	Since time.Time
 }
 
 // New returns a Poller; it reads nothing until Poll or Run.
@@ -96,9 +112,9 @@ func (p *Poller) Run(ctx context.Context) {
 	}
 }
 
-// Poll reads every primary once, in parallel. A primary that is no longer listed, or
-// whose reading fails, is forgotten: its series and rates go until it answers twice again,
-// so that a dead node does not show its last load as if current.
+// Poll reads every primary once, in parallel. A primary whose reading fails keeps its
+// place with the error and no load until it answers twice in a row again; one no longer
+// listed is forgotten.
 func (p *Poller) Poll(ctx context.Context) {
 	addrs := p.opts.Primaries()
 	readings := make([]Reading, len(addrs))
@@ -108,22 +124,30 @@ func (p *Poller) Poll(ctx context.Context) {
 		wg.Go(func() { readings[i], errs[i] = p.read(ctx, addr) })
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		return // a stop cut the readings short: no news of the primaries
+	}
 
 	p.mu.Lock()
 	listed := make(map[string]bool, len(addrs))
 	for i, addr := range addrs {
 		listed[addr] = true
-		if errs[i] != nil {
-			delete(p.nodes, addr)
-			continue
-		}
 		n := p.nodes[addr]
 		if n == nil {
-			p.nodes[addr] = &node{last: readings[i]}
+			n = &node{}
+			p.nodes[addr] = n
+		}
+		if errs[i] != nil {
+			if n.err == nil {
+				n.failing = readings[i].At
+			}
+			n.err, n.ok, n.read = errs[i], false, false
 			continue
 		}
-		n.load, n.ok = Between(n.last, readings[i])
-		n.last = readings[i]
+		if n.read {
+			n.load, n.ok = Between(n.last, readings[i])
+		}
+		n.last, n.read, n.err, n.failing = readings[i], true, nil, time.Time{}
 	}
 	for addr := range p.nodes {
 		if !listed[addr] {
@@ -132,55 +156,66 @@ func (p *Poller) Poll(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	for i, addr := range addrs {
-		switch {
-		case errs[i] == nil:
+		if errs[i] == nil {
 			p.opts.OnRead(addr)
-		case ctx.Err() == nil: // a stop cutting a reading short is no failure
+		} else {
 			p.opts.OnError(addr, errs[i])
 		}
 	}
 }
 
 // read takes one node's reading: INFO stats, cpu and server, each asked alone, since
-// Redis before 7.0 takes one section per INFO.
+// Redis before 7.0 takes one section per INFO. A failed reading still carries its time.
 func (p *Poller) read(ctx context.Context, addr string) (Reading, error) {
+	at := p.opts.Now()
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
 	var text []byte
 	for _, section := range []string{"stats", "cpu", "server"} {
 		v, err := p.opts.Conn.NodeDo(ctx, addr, "INFO", section)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %v (down, or busy: a long script or command?)", p.opts.Timeout)
+		}
 		if err != nil {
-			return Reading{}, fmt.Errorf("INFO %s: %w", section, err)
+			return Reading{At: at}, fmt.Errorf("INFO %s: %w", section, err)
 		}
 		s, ok := v.(string)
 		if !ok {
-			return Reading{}, fmt.Errorf("INFO %s: a %T reply; want text", section, v)
+			return Reading{At: at}, fmt.Errorf("INFO %s: a %T reply; want text", section, v)
 		}
 		text = append(append(text, s...), '\n')
 	}
-	return ParseInfo(string(text), p.opts.Now())
+	r, err := ParseInfo(string(text), at)
+	if err != nil {
+		return Reading{At: at}, err
+	}
+	return r, nil
 }
 
-// Loads returns the load of each primary read twice in a row, by address.
-func (p *Poller) Loads() map[string]Load {
+// Nodes returns what the poller knows of each primary it has tried to read, by address.
+func (p *Poller) Nodes() map[string]State {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]Load, len(p.nodes))
+	out := make(map[string]State, len(p.nodes))
 	for addr, n := range p.nodes {
-		if n.ok {
-			out[addr] = n.load
-		}
+		out[addr] = State{Load: n.load, HasLoad: n.ok, Err: n.err, Since: n.failing}
 	}
 	return out
 }
 
-// readings returns the last reading of every primary, by address.
-func (p *Poller) readings() map[string]Reading {
+// reading is a primary's last reading for the collector; ok is false while it fails.
+type reading struct {
+	Reading
+	ok bool
+}
+
+// readings returns the last reading of every primary tried, by address.
+func (p *Poller) readings() map[string]reading {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]Reading, len(p.nodes))
+	out := make(map[string]reading, len(p.nodes))
 	for addr, n := range p.nodes {
-		out[addr] = n.last
+		out[addr] = reading{n.last, n.read}
 	}
 	return out
 }
@@ -188,9 +223,11 @@ func (p *Poller) readings() map[string]Reading {
 // Collector exports the last readings of the poller that current returns (nil: none, as
 // while Redis is not yet reached) as counters per primary, in the way Redis counts them:
 // Prometheus's rate() then gives the load, and a node's restart shows as a counter reset.
+// hotkeyd_redis_info_up says which primaries answered their last reading; a failing one
+// has no counters.
 type Collector struct {
-	current                func() *Poller
-	commands, cpu, in, out *prometheus.Desc
+	current                          func() *Poller
+	up, commands, cpu, main, in, out *prometheus.Desc
 }
 
 // NewCollector returns a Collector of current's poller; register it once.
@@ -198,8 +235,10 @@ func NewCollector(current func() *Poller) *Collector {
 	l := []string{"primary"}
 	return &Collector{
 		current:  current,
+		up:       prometheus.NewDesc("hotkeyd_redis_info_up", "1 if a Redis primary answered the agent's last INFO reading in time, 0 if not (down, or wedged by a long script or command).", l, nil),
 		commands: prometheus.NewDesc("hotkeyd_redis_commands_total", "Commands a Redis primary ran since it started (total_commands_processed of its INFO, read every redis.info_interval).", l, nil),
-		cpu:      prometheus.NewDesc("hotkeyd_redis_cpu_seconds_total", "CPU time a Redis primary's process used since it started (used_cpu_sys + used_cpu_user of its INFO); its rate near 1 is a saturated primary.", l, nil),
+		cpu:      prometheus.NewDesc("hotkeyd_redis_cpu_seconds_total", "CPU time a Redis primary's whole process used since it started (used_cpu_sys + used_cpu_user of its INFO), I/O threads included.", l, nil),
+		main:     prometheus.NewDesc("hotkeyd_redis_main_thread_cpu_seconds_total", "CPU time of the thread that runs a Redis primary's commands (used_cpu_sys_main_thread + used_cpu_user_main_thread of its INFO, Redis 6.2 and later); its rate near 1 is a saturated primary.", l, nil),
 		in:       prometheus.NewDesc("hotkeyd_redis_net_input_bytes_total", "Bytes a Redis primary read from the network since it started (total_net_input_bytes of its INFO).", l, nil),
 		out:      prometheus.NewDesc("hotkeyd_redis_net_output_bytes_total", "Bytes a Redis primary wrote to the network since it started (total_net_output_bytes of its INFO).", l, nil),
 	}
@@ -207,13 +246,12 @@ func NewCollector(current func() *Poller) *Collector {
 
 // Describe sends the series' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.commands
-	ch <- c.cpu
-	ch <- c.in
-	ch <- c.out
+	for _, d := range []*prometheus.Desc{c.up, c.commands, c.cpu, c.main, c.in, c.out} {
+		ch <- d
+	}
 }
 
-// Collect sends each primary's counters from its last reading.
+// Collect sends each primary's state and counters from its last reading.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	p := c.current()
 	if p == nil {
@@ -222,8 +260,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	rs := p.readings()
 	for _, addr := range slices.Sorted(maps.Keys(rs)) {
 		r := rs[addr]
+		up := 0.0
+		if r.ok {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, addr)
+		if !r.ok {
+			continue
+		}
 		ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(r.Commands), addr)
 		ch <- prometheus.MustNewConstMetric(c.cpu, prometheus.CounterValue, r.CPUSeconds, addr)
+		if r.MainThread {
+			ch <- prometheus.MustNewConstMetric(c.main, prometheus.CounterValue, r.MainThreadCPUSeconds, addr)
+		}
 		ch <- prometheus.MustNewConstMetric(c.in, prometheus.CounterValue, float64(r.NetInputBytes), addr)
 		ch <- prometheus.MustNewConstMetric(c.out, prometheus.CounterValue, float64(r.NetOutputBytes), addr)
 	}

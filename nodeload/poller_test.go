@@ -2,6 +2,9 @@ package nodeload_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,14 +32,17 @@ func TestPollerSeesTheHotPrimary(t *testing.T) {
 	p, err := nodeload.New(nodeload.Options{
 		Primaries: cl.Addrs,
 		Conn:      conn,
+		Timeout:   300 * time.Millisecond,
 		OnError:   func(addr string, err error) { mu.Lock(); failed[addr] = err; mu.Unlock() },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Poll(ctx)
-	if l := p.Loads(); len(l) != 0 {
-		t.Fatalf("loads after one reading: %v; want none (a rate needs two)", l)
+	for addr, st := range p.Nodes() {
+		if st.HasLoad || st.Err != nil {
+			t.Fatalf("%s after one reading: %+v; want no load (a rate needs two) and no error", addr, st)
+		}
 	}
 
 	const key, reads = "score:match42", 20000
@@ -62,7 +68,12 @@ func TestPollerSeesTheHotPrimary(t *testing.T) {
 	}
 	time.Sleep(10 * time.Millisecond)
 	p.Poll(ctx)
-	loads := p.Loads()
+	loads := map[string]nodeload.Load{}
+	for addr, st := range p.Nodes() {
+		if st.HasLoad {
+			loads[addr] = st.Load
+		}
+	}
 	if len(loads) != 3 {
 		t.Fatalf("loads %v; want the 3 primaries", loads)
 	}
@@ -74,8 +85,8 @@ func TestPollerSeesTheHotPrimary(t *testing.T) {
 			t.Errorf("owner %s: %+v; other %s: %+v; want the owner's commands and output far above", owner, hot, addr, l)
 		}
 	}
-	if l := loads[owner]; l.CommandsPerSecond*l.Span.Seconds() < reads || l.CPU <= 0 {
-		t.Errorf("owner %s: %+v; want at least %d commands over the span, and some CPU", owner, l, reads)
+	if l := loads[owner]; l.CommandsPerSecond*l.Span.Seconds() < reads || l.CPU <= 0 || l.CPU > l.ProcessCPU+1e-3 { // INFO gives each to the microsecond
+		t.Errorf("owner %s: %+v; want at least %d commands over the span, and some CPU, the main thread's no more than the process's", owner, l, reads)
 	}
 
 	reg := prometheus.NewPedanticRegistry()
@@ -105,24 +116,73 @@ func TestPollerSeesTheHotPrimary(t *testing.T) {
 		t.Errorf("no hotkeyd_redis_commands_total{primary=%q} ≥ %d", owner, reads)
 	}
 
-	var dead *redistest.Server
+	if n := testutil.CollectAndCount(reg, "hotkeyd_redis_main_thread_cpu_seconds_total"); n != 3 {
+		t.Errorf("hotkeyd_redis_main_thread_cpu_seconds_total: %d series; want 3 (Redis 7 gives the main thread's CPU)", n)
+	}
+
+	// A wedged primary (stopped, as by a long script) and a dead one stay listed, failing,
+	// with no load and no counters, and hotkeyd_redis_info_up 0.
+	var others []*redistest.Server
 	for _, n := range cl.Nodes() {
 		if n.Addr() != owner {
-			dead = n
-			break
+			others = append(others, n)
 		}
 	}
+	wedged, dead := others[0], others[1]
+	wedged.Pause(t)
 	dead.Kill()
 	p.Poll(ctx)
-	if _, ok := p.Loads()[dead.Addr()]; ok {
-		t.Errorf("loads still hold %s after it died", dead.Addr())
+	nodes := p.Nodes()
+	for _, n := range []*redistest.Server{wedged, dead} {
+		st, ok := nodes[n.Addr()]
+		if !ok || st.HasLoad || st.Err == nil || !strings.Contains(st.Err.Error(), "INFO") || st.Since.IsZero() {
+			t.Errorf("%s down or wedged: %+v (listed %v); want it listed, failing since a time, with an error naming INFO and no load", n.Addr(), st, ok)
+		}
 	}
-	if n := testutil.CollectAndCount(reg, "hotkeyd_redis_commands_total"); n != 2 {
-		t.Errorf("hotkeyd_redis_commands_total after a primary died: %d series; want 2", n)
+	if st := nodes[wedged.Addr()]; st.Err == nil || !strings.Contains(st.Err.Error(), "no answer within 300ms") {
+		t.Errorf("wedged %s: error %v; want it to say there was no answer within the timeout", wedged.Addr(), st.Err)
+	}
+	if st := nodes[owner]; !st.HasLoad || st.Err != nil {
+		t.Errorf("owner %s: %+v; want its load", owner, st)
+	}
+	if n := testutil.CollectAndCount(reg, "hotkeyd_redis_commands_total"); n != 1 {
+		t.Errorf("hotkeyd_redis_commands_total with two primaries failing: %d series; want 1", n)
+	}
+	up := fmt.Sprintf(`
+# HELP hotkeyd_redis_info_up 1 if a Redis primary answered the agent's last INFO reading in time, 0 if not (down, or wedged by a long script or command).
+# TYPE hotkeyd_redis_info_up gauge
+hotkeyd_redis_info_up{primary=%q} %v
+hotkeyd_redis_info_up{primary=%q} %v
+hotkeyd_redis_info_up{primary=%q} %v
+`, sortedUp(map[string]int{owner: 1, wedged.Addr(): 0, dead.Addr(): 0})...)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(up), "hotkeyd_redis_info_up"); err != nil {
+		t.Error(err)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if err := failed[dead.Addr()]; err == nil || !strings.Contains(err.Error(), "INFO") {
 		t.Errorf("error for the dead primary %s: %v; want one naming INFO", dead.Addr(), err)
 	}
+	mu.Unlock()
+
+	// Answering again, the wedged primary is up at once and has a load from its second
+	// answer on.
+	wedged.Resume(t)
+	p.Poll(ctx)
+	if st := p.Nodes()[wedged.Addr()]; st.Err != nil || st.HasLoad {
+		t.Errorf("%s answering again: %+v; want no error, and no load before a second answer", wedged.Addr(), st)
+	}
+	p.Poll(ctx)
+	if st := p.Nodes()[wedged.Addr()]; st.Err != nil || !st.HasLoad {
+		t.Errorf("%s answering twice again: %+v; want its load", wedged.Addr(), st)
+	}
+}
+
+// sortedUp returns the address, value pairs of up sorted by address, as the collector
+// writes them.
+func sortedUp(up map[string]int) []any {
+	var out []any
+	for _, a := range slices.Sorted(maps.Keys(up)) {
+		out = append(out, a, up[a])
+	}
+	return out
 }

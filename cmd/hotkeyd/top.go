@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,8 +39,8 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(fs.Output(), "Usage: hotkeyd top [--addr URL] [flags]\n\n"+
 			"A live view of the agent's hot keys (GET /v1/topk), refreshed every --interval; q or\n"+
 			"Ctrl-C quits. Into a pipe or a file it writes plain frames one after another. With\n"+
-			"redis.addrs on the agent, each key's primary and slot, and the primaries' load\n"+
-			"(GET /v1/nodes), are shown too.\n\nFlags:\n")
+			"redis.addrs on the agent, each key's primary and slot, and a table of the primaries\n"+
+			"(GET /v1/nodes: failing ones first, then by CPU), are shown too.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -69,7 +71,7 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err != nil {
 			return err
 		}
-		renderTop(stdout, reply, fetchNodes(ctx, client, reply, *addr), *addr, time.Now(), 0)
+		renderTop(stdout, reply, fetchNodes(ctx, client, *addr), *addr, time.Now(), 0, false)
 		return nil
 	}
 
@@ -103,7 +105,7 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		reply, err := fetchTop(ctx, client, u.String())
 		var nodes *agent.Nodes
 		if err == nil {
-			nodes = fetchNodes(ctx, client, reply, *addr)
+			nodes = fetchNodes(ctx, client, *addr)
 		}
 		if ctx.Err() != nil {
 			fmt.Fprintln(stdout)
@@ -145,10 +147,10 @@ func writeFrame(frame *bytes.Buffer, reply *agent.TopK, nodes *agent.Nodes, err 
 		// Show as many keys as fit, and say how many do not.
 		hidden := len(reply.Keys) - (keys - 1)
 		reply.Keys = reply.Keys[:keys-1]
-		renderTop(&text, reply, nodes, addr, now, cols)
+		renderTop(&text, reply, nodes, addr, now, cols, true)
 		fmt.Fprintf(&text, "(%d more below; a taller terminal shows them)\n", hidden)
 	default:
-		renderTop(&text, reply, nodes, addr, now, cols)
+		renderTop(&text, reply, nodes, addr, now, cols, true)
 	}
 	if !tty {
 		frame.Write(text.Bytes())
@@ -209,24 +211,28 @@ const topNarrow = 80
 
 // renderTop writes one frame: a header line and a table of keys. With cols > 0 (a
 // terminal that wide) no line is wider than cols cells; 0 means no limit.
-func renderTop(w io.Writer, r *agent.TopK, nodes *agent.Nodes, addr string, now time.Time, cols int) {
+func renderTop(w io.Writer, r *agent.TopK, nodes *agent.Nodes, addr string, now time.Time, cols int, live bool) {
 	var buf bytes.Buffer
 	narrow := cols > 0 && cols < topNarrow
-	fmt.Fprintf(&buf, "hotkeyd top — %s — q to quit — %s\n", now.Format("15:04:05"), addr)
+	if live {
+		fmt.Fprintf(&buf, "hotkeyd top — %s — q to quit — %s\n", now.Format("15:04:05"), addr)
+	} else {
+		fmt.Fprintf(&buf, "hotkeyd top — %s — %s\n", now.Format("15:04:05"), addr)
+	}
 	if narrow {
 		fmt.Fprintf(&buf, "%s/s · %d keys · %d hot\n\n", human(r.TotalRate), r.DistinctKeys, r.HotKeys)
 	} else {
 		fmt.Fprintf(&buf, "traffic %s/s over %.1fs · %d distinct keys · %d hot\n\n", human(r.TotalRate), r.WindowSeconds, r.DistinctKeys, r.HotKeys)
 	}
 	if nodeLines(nodes) > 0 {
-		renderNodes(&buf, nodes, narrow)
+		renderNodes(&buf, nodes, now, narrow)
 	}
 	// Numbers are right-aligned cells; the key is the text after the last cell, so that
 	// it starts in the same column whatever its length.
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
 	showPrimary := placed(r.Keys)
 	if narrow {
-		fmt.Fprintln(tw, "#\tRATE/s\tSHARE\tHOT\t  KEY")
+		fmt.Fprintln(tw, "#\tRATE/s\tSHARE\tHOT\t"+placedHeader(showPrimary)+"  KEY")
 	} else {
 		fmt.Fprintln(tw, "#\tRATE/s\tSHARE\tREAD/s\tWRITE/s\tHOT SINCE\t"+placedHeader(showPrimary)+"  KEY")
 	}
@@ -243,7 +249,7 @@ func renderTop(w io.Writer, r *agent.TopK, nodes *agent.Nodes, addr string, now 
 			if k.Hot {
 				hot = "HOT"
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%.1f%%\t%s\t  %s\n", i+1, human(k.Rate), 100*k.Share, hot, key)
+			fmt.Fprintf(tw, "%d\t%s\t%.1f%%\t%s\t%s  %s\n", i+1, human(k.Rate), 100*k.Share, hot, placedCell(showPrimary, k), key)
 			continue
 		}
 		since := "-"
@@ -267,16 +273,13 @@ func renderTop(w io.Writer, r *agent.TopK, nodes *agent.Nodes, addr string, now 
 	}
 }
 
-// topNodes is how many primaries the primaries line names; the rest are counted.
+// topNodes is how many primaries the primaries table shows; the rest are counted.
 const topNodes = 6
 
-// fetchNodes returns the agent's GET /v1/nodes when the keys say it places them in Redis;
-// nil otherwise, and on any failure (an older agent without the endpoint): the line it
-// feeds is an extra, never a reason to show an error instead of the keys.
-func fetchNodes(ctx context.Context, c *http.Client, r *agent.TopK, addr string) *agent.Nodes {
-	if !placed(r.Keys) {
-		return nil
-	}
+// fetchNodes returns the agent's GET /v1/nodes, or nil on any failure (an older agent
+// without the endpoint): the table it feeds is an extra, never a reason to show an error
+// instead of the keys.
+func fetchNodes(ctx context.Context, c *http.Client, addr string) *agent.Nodes {
 	u, err := agentURL(addr, "/v1/nodes")
 	if err != nil {
 		return nil
@@ -297,42 +300,87 @@ func fetchNodes(ctx context.Context, c *http.Client, r *agent.TopK, addr string)
 	return &n
 }
 
-// nodeLines is the number of lines the primaries take in a frame: 2 (the line and a blank
-// one) with primaries to show, else 0.
+// nodeLines is the number of lines the primaries table takes in a frame (its head, a
+// line per primary shown, one counting the rest, a blank line), 0 without primaries.
 func nodeLines(n *agent.Nodes) int {
 	if n == nil || len(n.Nodes) == 0 {
 		return 0
 	}
-	return 2
+	lines := 2 + min(len(n.Nodes), topNodes)
+	if len(n.Nodes) > topNodes {
+		lines++
+	}
+	return lines
 }
 
-// renderNodes writes the primaries line: each primary's share of the ranked keys' load,
-// busiest first, and its own CPU from INFO when known (narrow: the share only).
-func renderNodes(w io.Writer, n *agent.Nodes, narrow bool) {
-	var b strings.Builder
-	if narrow {
-		b.WriteString("primaries:")
-	} else {
-		b.WriteString("primaries (top-k share, CPU):")
-	}
-	for i, node := range n.Nodes {
-		if i == topNodes {
-			fmt.Fprintf(&b, " · %d more", len(n.Nodes)-i)
-			break
+// byLoad orders primaries for the table: those whose INFO fails first (down or wedged),
+// then by how busy their command thread is, then by their share of the top-k load.
+func byLoad(a, b agent.Node) int {
+	failing := func(n agent.Node) int {
+		if n.RedisError != nil {
+			return 1
 		}
-		if i > 0 {
-			b.WriteString(" ·")
+		return 0
+	}
+	if c := cmp.Compare(failing(b), failing(a)); c != 0 {
+		return c
+	}
+	cpu := func(n agent.Node) float64 {
+		if n.Redis == nil {
+			return -1
+		}
+		return n.Redis.CPU
+	}
+	if c := cmp.Compare(cpu(b), cpu(a)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.Share, a.Share); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Primary, b.Primary)
+}
+
+// renderNodes writes the primaries table, busiest first (byLoad): each primary's share of
+// the top-k load, and its own commands per second and command-thread CPU from INFO, or
+// since when its INFO fails. Narrow, the commands column goes.
+func renderNodes(w io.Writer, n *agent.Nodes, now time.Time, narrow bool) {
+	nodes := slices.Clone(n.Nodes)
+	slices.SortStableFunc(nodes, byLoad)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if narrow {
+		fmt.Fprintln(tw, "PRIMARY\tTOP-K\tCPU\t")
+	} else {
+		fmt.Fprintln(tw, "PRIMARY\tTOP-K SHARE\tCMD/s\tCPU\t")
+	}
+	for i, node := range nodes {
+		if i == topNodes {
+			break
 		}
 		name := escapeControls(node.Primary)
 		if name == "" {
 			name = "(no owner)"
 		}
-		fmt.Fprintf(&b, " %s %.0f%%", name, 100*node.Share)
-		if node.Redis != nil && !narrow {
-			fmt.Fprintf(&b, " cpu %.2f", node.Redis.CPU)
+		cmds, cpu, note := "-", "-", ""
+		switch {
+		case node.RedisError != nil:
+			note = fmt.Sprintf("  INFO failing for %s: %s", now.Sub(node.RedisError.Since).Round(time.Second), escapeControls(node.RedisError.Error))
+		case node.Redis != nil:
+			cmds, cpu = human(node.Redis.CommandsPerSecond), fmt.Sprintf("%.2f", node.Redis.CPU)
+			if node.Redis.CPU >= 0.9 {
+				note = "  SATURATED"
+			}
+		}
+		if narrow {
+			fmt.Fprintf(tw, "%s\t%.0f%%\t%s\t%s\n", name, 100*node.Share, cpu, note)
+		} else {
+			fmt.Fprintf(tw, "%s\t%.0f%%\t%s\t%s\t%s\n", name, 100*node.Share, cmds, cpu, note)
 		}
 	}
-	fmt.Fprintf(w, "%s\n\n", b.String())
+	tw.Flush()
+	if len(nodes) > topNodes {
+		fmt.Fprintf(w, "(%d more primaries)\n", len(nodes)-topNodes)
+	}
+	fmt.Fprintln(w)
 }
 
 // placedHeader returns the header cell of the PRIMARY column with its tab, when shown; ""

@@ -100,7 +100,7 @@ func TestTopArgs(t *testing.T) {
 func TestRenderTopLongUnicodeKey(t *testing.T) {
 	r := &agent.TopK{Keys: []agent.Key{{Key: strings.Repeat("é", 40), Rate: 10}, {Key: strings.Repeat("热", 40), Rate: 5}}}
 	var buf bytes.Buffer
-	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
+	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0, true)
 	if !utf8.Valid(buf.Bytes()) {
 		t.Errorf("frame is not valid UTF-8:\n%q", buf.String())
 	}
@@ -164,7 +164,7 @@ func TestTopOncePrimaries(t *testing.T) {
 			t.Fatalf("top --once: %v\n%s", err, stderr.String())
 		}
 		out = stdout.String()
-		return strings.Contains(out, "primaries (top-k share, CPU): "+primary+" ") && strings.Count(out, " cpu ") == 3
+		return strings.Contains(out, "PRIMARY  TOP-K SHARE") && primaryFirst(out) == primary && cpuShown(out) == 3
 	})
 	want := fmt.Sprintf("%s [%d]", primary, mitigate.Slot(key))
 	for _, line := range strings.Split(out, "\n") {
@@ -175,4 +175,27 @@ func TestTopOncePrimaries(t *testing.T) {
 	if !strings.Contains(out, "PRIMARY") {
 		t.Errorf("frame:\n%s\nwant a PRIMARY column", out)
 	}
+}
+
+// cpuShown counts the lines of a frame's primaries table that show a CPU figure.
+func cpuShown(frame string) int {
+	n := 0
+	for _, line := range strings.Split(frame, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 4 && strings.HasPrefix(f[0], "127.0.0.1:") && strings.HasSuffix(f[1], "%") && strings.Contains(f[3], ".") {
+			n++
+		}
+	}
+	return n
+}
+
+// primaryFirst returns the first primary of a frame's primaries table.
+func primaryFirst(frame string) string {
+	_, table, _ := strings.Cut(frame, "TOP-K SHARE")
+	for _, line := range strings.Split(table, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "127.0.0.1:") {
+			return f[0]
+		}
+	}
+	return ""
 }

@@ -20,7 +20,7 @@ func TestRenderTopEscapesKeys(t *testing.T) {
 		{Key: "bell\a\r\nline", Rate: 5},
 	}}
 	var buf bytes.Buffer
-	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
+	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0, true)
 	out := buf.String()
 	for _, c := range []string{"\x1b", "\a", "\r"} {
 		if strings.Contains(out, c) {
@@ -57,7 +57,7 @@ func TestRenderTopPrimary(t *testing.T) {
 		{Key: "feed:xxxxxxxx", Rate: 10, Truncated: true},
 	}}
 	var buf bytes.Buffer
-	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
+	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0, true)
 	lines := strings.Split(buf.String(), "\n")
 	if len(lines) < 5 || !strings.Contains(lines[3], "PRIMARY") ||
 		!strings.Contains(lines[4], "127.0.0.1:7001 [5474]") || !strings.HasSuffix(lines[4], "  score:match42") ||
@@ -66,33 +66,59 @@ func TestRenderTopPrimary(t *testing.T) {
 	}
 	r.Keys[0].Primary, r.Keys[0].Slot = "", nil
 	buf.Reset()
-	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
+	renderTop(&buf, r, nil, "http://127.0.0.1:9736", time.Unix(0, 0), 0, true)
 	if strings.Contains(buf.String(), "PRIMARY") {
 		t.Errorf("frame without placement:\n%s\nwant no PRIMARY column", buf.String())
 	}
 }
 
-// TestRenderTopNodes: the primaries line names the busiest primaries first with their
-// share and, when INFO was read, their CPU; past six it counts the rest; narrow, shares only.
+// TestRenderTopNodes: the primaries table puts those whose INFO fails first, then the
+// busiest command threads, then the largest top-k shares; it marks a saturated primary,
+// says since when one fails, shows six and counts the rest; narrow, without commands/s.
 func TestRenderTopNodes(t *testing.T) {
 	slot := 1
+	now := time.Date(2026, 12, 1, 1, 0, 0, 0, time.UTC)
 	r := &agent.TopK{Keys: []agent.Key{{Key: "k", Rate: 10, Primary: "10.0.0.1:6379", Slot: &slot}}}
 	n := &agent.Nodes{Cluster: true, Nodes: []agent.Node{
-		{Primary: "10.0.0.1:6379", Share: 0.62, Redis: &agent.RedisLoad{CPU: 0.934}},
+		{Primary: "10.0.0.1:6379", Share: 0.62, Redis: &agent.RedisLoad{CPU: 0.934, CommandsPerSecond: 98000}},
 		{Primary: "10.0.0.2:6379", Share: 0.2},
+		{Primary: "10.0.0.3:6379", Share: 0.18, Redis: &agent.RedisLoad{CPU: 0.5, CommandsPerSecond: 430000}},
+		{Primary: "10.0.0.4:6379", RedisError: &agent.RedisError{Error: "INFO stats: no answer within 2s", Since: now.Add(-12 * time.Second)}},
 	}}
-	for i := 3; i <= 8; i++ {
+	for i := 5; i <= 9; i++ {
 		n.Nodes = append(n.Nodes, agent.Node{Primary: fmt.Sprintf("10.0.0.%d:6379", i)})
 	}
 	var buf bytes.Buffer
-	renderTop(&buf, r, n, "http://127.0.0.1:9736", time.Unix(0, 0), 0)
-	want := "primaries (top-k share, CPU): 10.0.0.1:6379 62% cpu 0.93 · 10.0.0.2:6379 20% · 10.0.0.3:6379 0% · 10.0.0.4:6379 0% · 10.0.0.5:6379 0% · 10.0.0.6:6379 0% · 2 more\n\n"
-	if !strings.Contains(buf.String(), want) {
-		t.Errorf("frame:\n%s\nwant the line %q", buf.String(), want)
+	renderTop(&buf, r, n, "http://127.0.0.1:9736", now, 0, true)
+	lines := strings.Split(buf.String(), "\n")
+	want := []string{
+		"PRIMARY  TOP-K SHARE  CMD/s   CPU",
+		"10.0.0.4:6379  0%  -  -  INFO failing for 12s: INFO stats: no answer within 2s",
+		"10.0.0.1:6379  62%  98.0k  0.93  SATURATED",
+		"10.0.0.3:6379  18%  430.0k  0.50",
+		"10.0.0.2:6379  20%  -  -",
+		"10.0.0.5:6379  0%  -  -",
+		"10.0.0.6:6379  0%  -  -",
+		"(3 more primaries)",
+	}
+	squeeze := func(s string) string { return strings.Join(strings.Fields(s), "  ") }
+	if len(lines) < 3+len(want) {
+		t.Fatalf("frame:\n%s", buf.String())
+	}
+	for i, w := range want {
+		if got := squeeze(lines[3+i]); got != squeeze(w) {
+			t.Errorf("line %d: %q; want %q\nframe:\n%s", 3+i, got, squeeze(w), buf.String())
+		}
 	}
 	buf.Reset()
-	renderTop(&buf, r, n, "http://127.0.0.1:9736", time.Unix(0, 0), 60)
-	if !strings.Contains(buf.String(), "primaries: 10.0.0.1:6379 62% · 10.0.0.2:6379 20%") || strings.Contains(buf.String(), "cpu") {
-		t.Errorf("narrow frame:\n%s\nwant shares without CPU", buf.String())
+	renderTop(&buf, r, n, "http://127.0.0.1:9736", now, 60, true)
+	lines = strings.Split(buf.String(), "\n")
+	if got := squeeze(lines[3]); got != squeeze("PRIMARY  TOP-K  CPU") || !strings.Contains(buf.String(), "PRIMARY  KEY") {
+		t.Errorf("narrow frame:\n%s\nwant the primaries without CMD/s, and the PRIMARY column of keys", buf.String())
+	}
+	buf.Reset()
+	renderTop(&buf, r, n, "http://127.0.0.1:9736", now, 0, false)
+	if strings.Contains(buf.String(), "q to quit") {
+		t.Errorf("a frame for --once says q to quit:\n%s", buf.String())
 	}
 }
