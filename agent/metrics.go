@@ -43,7 +43,7 @@ type metrics struct {
 	sources map[string]prometheus.Counter // samples' counter by source label
 
 	keyRate, keyShare, keyHot, keyLevel   *prometheus.Desc
-	keyMitigated                          *prometheus.Desc
+	keyMitigated, keyPrimary              *prometheus.Desc
 	traffic, distinct, hot, lag, keysDesc *prometheus.Desc
 	mitigations, planVersion, nodeShare   *prometheus.Desc
 	planWithheld, buildInfo               *prometheus.Desc
@@ -84,6 +84,8 @@ func newMetrics(a *Agent, reg *prometheus.Registry) (*metrics, error) {
 		keyShare: prometheus.NewDesc("hotkeyd_key_share", "A top-k key's share of all traffic (0 to 1).", []string{"key"}, nil),
 		keyHot:   prometheus.NewDesc("hotkeyd_key_hot", "1 while a top-k key is hot, else 0.", []string{"key"}, nil),
 		keyLevel: prometheus.NewDesc("hotkeyd_key_threshold_ratio", "A top-k key's rate over its hot threshold (1 = at the threshold); reads or writes seen in fewer than hot.min_samples samples count as 0 until the key is hot.", []string{"key"}, nil),
+		keyPrimary: prometheus.NewDesc("hotkeyd_key_primary",
+			"1, labelled with the Redis primary that owns a top-k key (with redis.addrs; none for a truncated key whose slot is unknown): join it to the other per-key series on key.", []string{"key", "primary"}, nil),
 		keyMitigated: prometheus.NewDesc("hotkeyd_key_mitigated",
 			"1 for each mitigation kind enforced for a top-k key (withheld and observe-only ones aside); no series for a key without one.", []string{"key", "kind"}, nil),
 		traffic:  prometheus.NewDesc("hotkeyd_traffic_rate", "Estimated requests per second of all sampled traffic, by operation.", []string{"op"}, nil),
@@ -172,7 +174,7 @@ func (m *metrics) change(c detector.Change) {
 
 // Describe sends the descriptions of the per-key and window series.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.keyMitigated, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc, m.mitigations, m.planVersion, m.planWithheld, m.buildInfo, m.nodeShare, m.eventExpected, m.eventObserved} {
+	for _, d := range []*prometheus.Desc{m.keyRate, m.keyShare, m.keyHot, m.keyLevel, m.keyMitigated, m.keyPrimary, m.traffic, m.distinct, m.hot, m.lag, m.keysDesc, m.mitigations, m.planVersion, m.planWithheld, m.buildInfo, m.nodeShare, m.eventExpected, m.eventObserved} {
 		ch <- d
 	}
 }
@@ -242,6 +244,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.keyHot, hot, k)
 		for _, kind := range enforced[l.Key.Key] {
 			gauge(m.keyMitigated, 1, k, kind)
+		}
+		if _, primary := m.a.placement(l.Key.Key, l.Key.Flags); primary != "" {
+			gauge(m.keyPrimary, 1, k, primary)
 		}
 	}
 }

@@ -125,6 +125,18 @@ func TestKeyPlacementCluster(t *testing.T) {
 			}
 		}
 	}
+	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", a.HTTPAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("hotkeyd_key_primary{key=%q,primary=%q} 1", hot, owner[keySlot(hot)]); !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	if strings.Contains(string(body), `hotkeyd_key_primary{key="feed:`) {
+		t.Error("/metrics places the truncated key without a tag")
+	}
 	one := getJSON[Key](t, fmt.Sprintf("http://%s/v1/keys/%s", a.HTTPAddr(), hot))
 	if want := keySlot(hot); one.Slot == nil || *one.Slot != want || one.Primary != owner[want] {
 		t.Errorf("/v1/keys/%s: slot %v on %q; want slot %d on %s", hot, slotText(one.Slot), one.Primary, want, owner[want])
