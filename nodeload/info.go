@@ -36,6 +36,7 @@ var (
 	infoFields = []string{"total_commands_processed", "used_cpu_sys", "used_cpu_user",
 		"total_net_input_bytes", "total_net_output_bytes", "uptime_in_seconds"}
 	optionalFields = []string{"used_cpu_sys_main_thread", "used_cpu_user_main_thread"}
+	allFields      = slices.Concat(infoFields, optionalFields)
 )
 
 // maxInfoBytes bounds the INFO text parsed; a few KiB is usual for the sections asked.
@@ -59,7 +60,7 @@ func ParseInfo(text string, at time.Time) (Reading, error) {
 		if !ok {
 			continue
 		}
-		for _, f := range slices.Concat(infoFields, optionalFields) {
+		for _, f := range allFields {
 			if name != f {
 				continue
 			}
