@@ -139,6 +139,9 @@ func writeFrame(frame *bytes.Buffer, reply *agent.TopK, nodes *agent.Nodes, err 
 	case !first:
 		frame.WriteString("\n") // plain frames one after another, for a file or a pager
 	}
+	if tty && rows > 0 && rows-5-nodeLines(nodes) < minKeyRows {
+		nodes = nil // a short terminal shows keys, not the primaries table
+	}
 	var text bytes.Buffer
 	switch keys := rows - 5 - nodeLines(nodes); {
 	case err != nil:
@@ -275,6 +278,10 @@ func renderTop(w io.Writer, r *agent.TopK, nodes *agent.Nodes, addr string, now 
 
 // topNodes is how many primaries the primaries table shows; the rest are counted.
 const topNodes = 6
+
+// minKeyRows is the least number of key lines a terminal frame keeps: below it, the
+// primaries table is left out.
+const minKeyRows = 5
 
 // fetchNodes returns the agent's GET /v1/nodes, or nil on any failure (an older agent
 // without the endpoint): the table it feeds is an extra, never a reason to show an error

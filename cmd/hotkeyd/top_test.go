@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +121,31 @@ func TestRenderTopNodes(t *testing.T) {
 	renderTop(&buf, r, n, "http://127.0.0.1:9736", now, 0, false)
 	if strings.Contains(buf.String(), "q to quit") {
 		t.Errorf("a frame for --once says q to quit:\n%s", buf.String())
+	}
+}
+
+// TestWriteFrameShortTerminal: on a short terminal the primaries table gives way to the
+// keys; on a tall one both show.
+func TestWriteFrameShortTerminal(t *testing.T) {
+	r := &agent.TopK{}
+	for i := range 30 {
+		r.Keys = append(r.Keys, agent.Key{Key: fmt.Sprintf("key:%02d", i), Rate: float64(100 - i), Primary: "10.0.0.1:6379"})
+	}
+	n := &agent.Nodes{}
+	for i := range 6 {
+		n.Nodes = append(n.Nodes, agent.Node{Primary: fmt.Sprintf("10.0.0.%d:6379", i+1)})
+	}
+	for _, tc := range []struct {
+		rows      int
+		wantTable bool
+	}{{12, false}, {40, true}} {
+		var frame bytes.Buffer
+		top := *r
+		top.Keys = slices.Clone(r.Keys)
+		writeFrame(&frame, &top, n, nil, "http://127.0.0.1:9736", time.Second, time.Unix(0, 0), 120, tc.rows, true, true)
+		out := frame.String()
+		if got := strings.Contains(out, "TOP-K SHARE"); got != tc.wantTable || !strings.Contains(out, "key:00") || strings.Count(out, "\n") > tc.rows-1 {
+			t.Errorf("%d rows: table shown %v, want %v; key:00 shown %v; lines %d:\n%s", tc.rows, got, tc.wantTable, strings.Contains(out, "key:00"), strings.Count(out, "\n")+1, out)
+		}
 	}
 }
