@@ -20,8 +20,8 @@ type Nodes struct {
 	// load (Redis): sort by Redis.CPU for that.
 	Nodes []Node `json:"nodes"`
 	// UnplacedRate is the rate of the ranked keys whose primary is unknown (truncated
-	// keys without a whole hash tag in their kept part), left out of every node's Rate
-	// and Share.
+	// keys without a whole hash tag in their kept part): in no node's Rate, and the
+	// part of the load the nodes' shares leave out.
 	UnplacedRate float64 `json:"unplaced_rate"`
 }
 
@@ -34,7 +34,7 @@ type Node struct {
 	Slots int `json:"slots"`
 	// Rate is the sum of the rates of the ranked keys it owns, requests per second.
 	Rate float64 `json:"rate"`
-	// Share is Rate over the rate of all ranked keys whose primary is known.
+	// Share is Rate over the rate of all ranked keys, unplaced ones included.
 	Share float64 `json:"share"`
 	// Keys are its heaviest ranked keys, heaviest first; Share is of the primary's Rate.
 	Keys []NodeKey `json:"keys"`
@@ -92,7 +92,17 @@ func nodeLoads(levels []detector.Level, topo *mitigate.Topology) ([]mitigate.Nod
 		}
 		loads = append(loads, mitigate.KeyLoad{Key: l.Key.Key, Rate: l.ReadRate + l.WriteRate})
 	}
-	return mitigate.NodeShares(loads, topo, nodeKeys), unplaced
+	nodes := mitigate.NodeShares(loads, topo, nodeKeys)
+	if unplaced > 0 { // shares are of all the ranked load: a primary with 1 % of it is not at 100 %
+		total := unplaced
+		for _, n := range nodes {
+			total += n.Rate
+		}
+		for i := range nodes {
+			nodes[i].Share = nodes[i].Rate / total
+		}
+	}
+	return nodes, unplaced
 }
 
 // placement returns a key's slot (nil outside a cluster) and primary ("" without a

@@ -167,8 +167,12 @@ func TestKeyPlacementCluster(t *testing.T) {
 	if nodes.UnplacedRate <= 0 {
 		t.Errorf("/v1/nodes unplaced_rate %v; want the rate of %q, which no primary could be named for", nodes.UnplacedRate, untagged)
 	}
-	if math.Abs(share-1) > 1e-9 || slotsSum != 16384 {
-		t.Errorf("/v1/nodes: shares sum to %v, slots to %d; want 1 and 16384", share, slotsSum)
+	rate := nodes.UnplacedRate
+	for _, n := range nodes.Nodes {
+		rate += n.Rate
+	}
+	if want := 1 - nodes.UnplacedRate/rate; math.Abs(share-want) > 1e-9 || slotsSum != 16384 {
+		t.Errorf("/v1/nodes: shares sum to %v, slots to %d; want %v (the placed part of the ranked load) and 16384", share, slotsSum, want)
 	}
 }
 

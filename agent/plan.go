@@ -125,34 +125,22 @@ func (a *Agent) connectRedis(ctx context.Context) {
 }
 
 // startRedisInfo sets up the reading of the primaries' INFO, unless RedisInfo is negative.
-// A primary that fails to answer is logged once until it answers again.
+// A primary that fails to answer is logged once, and again when it answers.
 func (a *Agent) startRedisInfo(st *redisState) {
 	if a.opts.RedisInfo < 0 {
 		return
 	}
 	st.nodes = mitigate.NewNodeClients(nil)
-	var mu sync.Mutex // guards failing
-	failing := map[string]bool{}
 	p, err := nodeload.New(nodeload.Options{
 		Primaries: st.topo.PrimaryAddrs,
 		Conn:      st.nodes,
 		Interval:  a.opts.RedisInfo,
 		Now:       a.now,
-		OnError: func(addr string, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if !failing[addr] {
-				failing[addr] = true
-				a.log.Warn("a primary does not answer INFO: hotkeyd_redis_info_up is 0 and GET /v1/nodes shows the error until it answers", "primary", addr, "err", err)
-			}
+		OnFailing: func(addr string, err error) {
+			a.log.Warn("a primary does not answer INFO: hotkeyd_redis_info_up is 0 and GET /v1/nodes shows the error until it answers", "primary", addr, "err", err)
 		},
-		OnRead: func(addr string) {
-			mu.Lock()
-			defer mu.Unlock()
-			if failing[addr] {
-				delete(failing, addr)
-				a.log.Info("a primary answers INFO again; its load is shown from its next reading", "primary", addr)
-			}
+		OnRecovered: func(addr string) {
+			a.log.Info("a primary answers INFO again; its load is shown from its next reading", "primary", addr)
 		},
 	})
 	if err != nil { // the options above are always valid

@@ -30,10 +30,13 @@ type Options struct {
 	Timeout time.Duration
 	// Now stamps readings. Default: time.Now.
 	Now func() time.Time
-	// OnError receives each failed reading. Default: errors are dropped.
-	OnError func(addr string, err error)
-	// OnRead receives the address of each node read. Default: nothing.
-	OnRead func(addr string)
+	// OnFailing receives a primary whose reading failed after it answered (or at its
+	// first reading), once per run of failures, for the operator's log. Default: nothing.
+	OnFailing func(addr string, err error)
+	// OnRecovered receives a primary that answers again after OnFailing. A primary that
+	// leaves the list (a failover) is forgotten, failing or not: no OnRecovered if it
+	// comes back. Default: nothing.
+	OnRecovered func(addr string)
 }
 
 // DefaultInterval is Options.Interval's default.
@@ -89,11 +92,11 @@ func New(o Options) (*Poller, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.OnError == nil {
-		o.OnError = func(string, error) {}
+	if o.OnFailing == nil {
+		o.OnFailing = func(string, error) {}
 	}
-	if o.OnRead == nil {
-		o.OnRead = func(string) {}
+	if o.OnRecovered == nil {
+		o.OnRecovered = func(string) {}
 	}
 	return &Poller{opts: o, nodes: make(map[string]*node)}, nil
 }
@@ -130,6 +133,8 @@ func (p *Poller) Poll(ctx context.Context) {
 
 	p.mu.Lock()
 	listed := make(map[string]bool, len(addrs))
+	failing := make([]bool, len(addrs))   // started failing at this poll
+	recovered := make([]bool, len(addrs)) // answered again at this poll
 	for i, addr := range addrs {
 		listed[addr] = true
 		n := p.nodes[addr]
@@ -139,7 +144,7 @@ func (p *Poller) Poll(ctx context.Context) {
 		}
 		if errs[i] != nil {
 			if n.err == nil {
-				n.failing = readings[i].At
+				n.failing, failing[i] = readings[i].At, true
 			}
 			n.err, n.ok, n.read = errs[i], false, false
 			continue
@@ -147,6 +152,7 @@ func (p *Poller) Poll(ctx context.Context) {
 		if n.read {
 			n.load, n.ok = Between(n.last, readings[i])
 		}
+		recovered[i] = n.err != nil
 		n.last, n.read, n.err, n.failing = readings[i], true, nil, time.Time{}
 	}
 	for addr := range p.nodes {
@@ -156,10 +162,11 @@ func (p *Poller) Poll(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	for i, addr := range addrs {
-		if errs[i] == nil {
-			p.opts.OnRead(addr)
-		} else {
-			p.opts.OnError(addr, errs[i])
+		switch {
+		case failing[i]:
+			p.opts.OnFailing(addr, errs[i])
+		case recovered[i]:
+			p.opts.OnRecovered(addr)
 		}
 	}
 }

@@ -27,13 +27,17 @@ func TestPollerSeesTheHotPrimary(t *testing.T) {
 	ctx := context.Background()
 	conn := mitigate.NewNodeClients(nil)
 	t.Cleanup(func() { conn.Close() })
-	var mu sync.Mutex
+	var mu sync.Mutex // guards failed, failings and recovered
 	failed := map[string]error{}
+	failings, recovered := map[string]int{}, map[string]int{}
+	listed := cl.Addrs() // what Primaries returns; the test drops one below
+	var listedMu sync.Mutex
 	p, err := nodeload.New(nodeload.Options{
-		Primaries: cl.Addrs,
-		Conn:      conn,
-		Timeout:   300 * time.Millisecond,
-		OnError:   func(addr string, err error) { mu.Lock(); failed[addr] = err; mu.Unlock() },
+		Primaries:   func() []string { listedMu.Lock(); defer listedMu.Unlock(); return slices.Clone(listed) },
+		Conn:        conn,
+		Timeout:     300 * time.Millisecond,
+		OnFailing:   func(addr string, err error) { mu.Lock(); failed[addr] = err; failings[addr]++; mu.Unlock() },
+		OnRecovered: func(addr string) { mu.Lock(); recovered[addr]++; mu.Unlock() },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -158,11 +162,21 @@ hotkeyd_redis_info_up{primary=%q} %v
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(up), "hotkeyd_redis_info_up"); err != nil {
 		t.Error(err)
 	}
+	p.Poll(ctx) // failing again: no second OnFailing
 	mu.Lock()
-	if err := failed[dead.Addr()]; err == nil || !strings.Contains(err.Error(), "INFO") {
-		t.Errorf("error for the dead primary %s: %v; want one naming INFO", dead.Addr(), err)
+	if err := failed[dead.Addr()]; err == nil || !strings.Contains(err.Error(), "INFO") || failings[dead.Addr()] != 1 || failings[wedged.Addr()] != 1 {
+		t.Errorf("OnFailing for the dead primary %s: %v, %d calls (wedged: %d); want one call each, naming INFO", dead.Addr(), err, failings[dead.Addr()], failings[wedged.Addr()])
 	}
 	mu.Unlock()
+	// The dead one leaves the list (a failover) and is forgotten: were it listed again
+	// and answering, it would not be "recovered".
+	listedMu.Lock()
+	listed = slices.DeleteFunc(listed, func(a string) bool { return a == dead.Addr() })
+	listedMu.Unlock()
+	p.Poll(ctx)
+	if _, ok := p.Nodes()[dead.Addr()]; ok {
+		t.Errorf("%s still known after it left the list", dead.Addr())
+	}
 
 	// Answering again, the wedged primary is up at once and has a load from its second
 	// answer on.
@@ -174,6 +188,11 @@ hotkeyd_redis_info_up{primary=%q} %v
 	p.Poll(ctx)
 	if st := p.Nodes()[wedged.Addr()]; st.Err != nil || !st.HasLoad {
 		t.Errorf("%s answering twice again: %+v; want its load", wedged.Addr(), st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if recovered[wedged.Addr()] != 1 || recovered[owner] != 0 {
+		t.Errorf("OnRecovered calls %v; want one, for %s", recovered, wedged.Addr())
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -140,7 +141,11 @@ func writeFrame(frame *bytes.Buffer, reply *agent.TopK, nodes *agent.Nodes, err 
 		frame.WriteString("\n") // plain frames one after another, for a file or a pager
 	}
 	if tty && rows > 0 && rows-5-nodeLines(nodes) < minKeyRows {
-		nodes = nil // a short terminal shows keys, not the primaries table
+		// A short terminal shows keys; of the primaries, only those in trouble, if they fit.
+		nodes = troubled(nodes)
+		if rows-5-nodeLines(nodes) < minKeyRows-2 {
+			nodes = nil
+		}
 	}
 	var text bytes.Buffer
 	switch keys := rows - 5 - nodeLines(nodes); {
@@ -233,7 +238,7 @@ func renderTop(w io.Writer, r *agent.TopK, nodes *agent.Nodes, addr string, now 
 	// Numbers are right-aligned cells; the key is the text after the last cell, so that
 	// it starts in the same column whatever its length.
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
-	showPrimary := placed(r.Keys)
+	showPrimary := placed(r.Keys) && (cols <= 0 || cols >= topTiny)
 	if narrow {
 		fmt.Fprintln(tw, "#\tRATE/s\tSHARE\tHOT\t"+placedHeader(showPrimary)+"  KEY")
 	} else {
@@ -280,8 +285,35 @@ func renderTop(w io.Writer, r *agent.TopK, nodes *agent.Nodes, addr string, now 
 const topNodes = 6
 
 // minKeyRows is the least number of key lines a terminal frame keeps: below it, the
-// primaries table is left out.
+// primaries table shows only the primaries in trouble, or none.
 const minKeyRows = 5
+
+// topTiny is the width below which the keys' PRIMARY column goes: the key comes first.
+const topTiny = 60
+
+// troubled returns the primaries of n whose INFO fails or whose command thread is
+// saturated, at most two, for a short terminal; nil when none is.
+func troubled(n *agent.Nodes) *agent.Nodes {
+	if n == nil {
+		return nil
+	}
+	out := &agent.Nodes{Cluster: n.Cluster}
+	for _, node := range n.Nodes {
+		if node.RedisError != nil || node.Redis != nil && node.Redis.CPU >= saturated {
+			out.Nodes = append(out.Nodes, node)
+		}
+	}
+	if len(out.Nodes) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(out.Nodes, byLoad)
+	out.Nodes = out.Nodes[:min(len(out.Nodes), 2)]
+	return out
+}
+
+// saturated is the command-thread CPU from which top marks a primary SATURATED, as the
+// HotkeydPrimaryCPUSaturated alert does.
+const saturated = 0.9
 
 // fetchNodes returns the agent's GET /v1/nodes, or nil on any failure (an older agent
 // without the endpoint): the table it feeds is an extra, never a reason to show an error
@@ -308,13 +340,17 @@ func fetchNodes(ctx context.Context, c *http.Client, addr string) *agent.Nodes {
 }
 
 // nodeLines is the number of lines the primaries table takes in a frame (its head, a
-// line per primary shown, one counting the rest, a blank line), 0 without primaries.
+// line per primary shown, one counting the rest, one for the unplaced load, a blank
+// line), 0 without primaries.
 func nodeLines(n *agent.Nodes) int {
 	if n == nil || len(n.Nodes) == 0 {
 		return 0
 	}
 	lines := 2 + min(len(n.Nodes), topNodes)
 	if len(n.Nodes) > topNodes {
+		lines++
+	}
+	if n.UnplacedRate > 0 {
 		lines++
 	}
 	return lines
@@ -332,11 +368,11 @@ func byLoad(a, b agent.Node) int {
 	if c := cmp.Compare(failing(b), failing(a)); c != 0 {
 		return c
 	}
-	cpu := func(n agent.Node) float64 {
+	cpu := func(n agent.Node) float64 { // as shown, so that idle primaries keep their order
 		if n.Redis == nil {
 			return -1
 		}
-		return n.Redis.CPU
+		return math.Round(n.Redis.CPU*100) / 100
 	}
 	if c := cmp.Compare(cpu(b), cpu(a)); c != 0 {
 		return c
@@ -370,10 +406,15 @@ func renderNodes(w io.Writer, n *agent.Nodes, now time.Time, narrow bool) {
 		cmds, cpu, note := "-", "-", ""
 		switch {
 		case node.RedisError != nil:
-			note = fmt.Sprintf("  INFO failing for %s: %s", now.Sub(node.RedisError.Since).Round(time.Second), escapeControls(node.RedisError.Error))
+			// The reason first: "INFO stats: BUSY …" is "BUSY …", which a narrow terminal keeps.
+			reason := node.RedisError.Error
+			if section, rest, ok := strings.Cut(reason, ": "); ok && strings.HasPrefix(section, "INFO ") {
+				reason = rest
+			}
+			note = fmt.Sprintf("  INFO failing for %s: %s", now.Sub(node.RedisError.Since).Round(time.Second), escapeControls(reason))
 		case node.Redis != nil:
 			cmds, cpu = human(node.Redis.CommandsPerSecond), fmt.Sprintf("%.2f", node.Redis.CPU)
-			if node.Redis.CPU >= 0.9 {
+			if node.Redis.CPU >= saturated {
 				note = "  SATURATED"
 			}
 		}
@@ -381,6 +422,17 @@ func renderNodes(w io.Writer, n *agent.Nodes, now time.Time, narrow bool) {
 			fmt.Fprintf(tw, "%s\t%.0f%%\t%s\t%s\n", name, 100*node.Share, cpu, note)
 		} else {
 			fmt.Fprintf(tw, "%s\t%.0f%%\t%s\t%s\t%s\n", name, 100*node.Share, cmds, cpu, note)
+		}
+	}
+	if n.UnplacedRate > 0 { // truncated keys whose slot is unknown: on no primary
+		total := n.UnplacedRate
+		for _, node := range n.Nodes {
+			total += node.Rate
+		}
+		if narrow {
+			fmt.Fprintf(tw, "(unplaced)\t%.0f%%\t\t  truncated keys, slot unknown\n", 100*n.UnplacedRate/total)
+		} else {
+			fmt.Fprintf(tw, "(unplaced)\t%.0f%%\t\t\t  truncated keys, slot unknown\n", 100*n.UnplacedRate/total)
 		}
 	}
 	tw.Flush()

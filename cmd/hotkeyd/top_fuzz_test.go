@@ -65,7 +65,7 @@ func FuzzTopFrame(f *testing.F) {
 		}
 		var nodes *agent.Nodes // the primaries line, named by the fuzzed keys, on one frame in three
 		if n%3 == 0 {
-			nodes = &agent.Nodes{Nodes: []agent.Node{{Primary: key2, Share: share, Redis: &agent.RedisLoad{CPU: read}}, {Primary: key, Share: rate}}}
+			nodes = &agent.Nodes{UnplacedRate: write, Nodes: []agent.Node{{Primary: key2, Share: share, Redis: &agent.RedisLoad{CPU: read}}, {Primary: key, Share: rate, RedisError: &agent.RedisError{Error: predicted}}}}
 		}
 		var frame bytes.Buffer
 		writeFrame(&frame, r, nodes, nil, fuzzTopAddr, time.Second, now, c, h, tty, false)

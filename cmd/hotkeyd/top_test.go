@@ -94,7 +94,7 @@ func TestRenderTopNodes(t *testing.T) {
 	lines := strings.Split(buf.String(), "\n")
 	want := []string{
 		"PRIMARY  TOP-K SHARE  CMD/s   CPU",
-		"10.0.0.4:6379  0%  -  -  INFO failing for 12s: INFO stats: no answer within 2s",
+		"10.0.0.4:6379  0%  -  -  INFO failing for 12s: no answer within 2s",
 		"10.0.0.1:6379  62%  98.0k  0.93  SATURATED",
 		"10.0.0.3:6379  18%  430.0k  0.50",
 		"10.0.0.2:6379  20%  -  -",
@@ -122,6 +122,20 @@ func TestRenderTopNodes(t *testing.T) {
 	if strings.Contains(buf.String(), "q to quit") {
 		t.Errorf("a frame for --once says q to quit:\n%s", buf.String())
 	}
+	// Truncated keys whose slot is unknown have a row of their own, of the whole load.
+	n.UnplacedRate = 100
+	n.Nodes[0].Rate, n.Nodes[1].Rate = 300, 100
+	buf.Reset()
+	renderTop(&buf, r, n, "http://127.0.0.1:9736", now, 0, true)
+	if !strings.Contains(squeeze(buf.String()), squeeze("(unplaced)  20%  truncated keys, slot unknown")) {
+		t.Errorf("frame with unplaced load:\n%s\nwant an (unplaced) row at 20%%", buf.String())
+	}
+	// Below 60 columns the key goes before its primary.
+	buf.Reset()
+	renderTop(&buf, r, n, "http://127.0.0.1:9736", now, 50, true)
+	if strings.Contains(buf.String(), "PRIMARY  KEY") {
+		t.Errorf("50-column frame:\n%s\nwant no PRIMARY column of keys", buf.String())
+	}
 }
 
 // TestWriteFrameShortTerminal: on a short terminal the primaries table gives way to the
@@ -139,6 +153,7 @@ func TestWriteFrameShortTerminal(t *testing.T) {
 		rows      int
 		wantTable bool
 	}{{12, false}, {40, true}} {
+		n.Nodes[0].RedisError = nil
 		var frame bytes.Buffer
 		top := *r
 		top.Keys = slices.Clone(r.Keys)
@@ -147,5 +162,17 @@ func TestWriteFrameShortTerminal(t *testing.T) {
 		if got := strings.Contains(out, "TOP-K SHARE"); got != tc.wantTable || !strings.Contains(out, "key:00") || strings.Count(out, "\n") > tc.rows-1 {
 			t.Errorf("%d rows: table shown %v, want %v; key:00 shown %v; lines %d:\n%s", tc.rows, got, tc.wantTable, strings.Contains(out, "key:00"), strings.Count(out, "\n")+1, out)
 		}
+	}
+	// A primary in trouble still shows on a short terminal, alone.
+	n.Nodes[3].RedisError = &agent.RedisError{Error: "INFO stats: BUSY Redis is busy running a script.", Since: time.Unix(0, 0)}
+	var frame bytes.Buffer
+	top := *r
+	top.Keys = slices.Clone(r.Keys)
+	writeFrame(&frame, &top, n, nil, "http://127.0.0.1:9736", time.Second, time.Unix(9, 0), 120, 12, true, true)
+	out := frame.String()
+	table, _, _ := strings.Cut(out, "#  RATE/s")
+	if !strings.Contains(table, "10.0.0.4:6379") || !strings.Contains(table, "INFO failing for 9s: BUSY") || strings.Contains(table, "10.0.0.1:6379") ||
+		!strings.Contains(out, "key:00") || strings.Count(out, "\n") > 11 {
+		t.Errorf("12 rows, one primary failing:\n%s\nwant it alone in the table, the keys below, 12 lines at most", out)
 	}
 }
