@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,9 +57,9 @@ func (a *Agent) connectRedis(ctx context.Context) {
 		topo, err := mitigate.NewTopology(ctx, mitigate.TopologyOptions{
 			Seeds:   a.opts.RedisAddrs,
 			OnError: func(err error) { a.log.Warn("redis topology refresh failed", "err", err) },
-			OnChange: func(before, after []string) {
-				a.log.Info("redis primaries changed (failover, or nodes added or removed)", "primaries", after,
-					"new", setMinus(after, before), "gone", setMinus(before, after))
+			OnChange: func(primaries, added, removed []string) {
+				a.log.Info("redis primaries changed (failover, or nodes added or removed)", "primaries", primaries,
+					"new", added, "gone", removed)
 			},
 		})
 		if err == nil {
@@ -464,15 +463,4 @@ func isKind(k mitigate.Kind) bool {
 		}
 	}
 	return false
-}
-
-// setMinus returns the addresses of a that b lacks.
-func setMinus(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			out = append(out, x)
-		}
-	}
-	return out
 }

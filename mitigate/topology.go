@@ -111,10 +111,10 @@ type TopologyOptions struct {
 	// OnError, when set, receives the error of each failed refresh made by Run (the
 	// previous slot table stays in use). Default: errors are dropped; Err reports the last.
 	OnError func(error)
-	// OnChange, when set, receives the primaries before and after each refresh made by
-	// Run that finds another set of primaries (a failover, a node added or removed), for
-	// the operator's log. Default: nothing.
-	OnChange func(before, after []string)
+	// OnChange, when set, receives the primaries after each refresh made by Run that
+	// finds another set of them (a failover, a node added or removed), with those that
+	// came and those that went, for the operator's log. Default: nothing.
+	OnChange func(primaries, added, removed []string)
 }
 
 // Topology knows which primary owns each slot of a Redis Cluster, or that Redis is a
@@ -440,7 +440,7 @@ func (t *Topology) Run(ctx context.Context) {
 			case !tab.same(fetched):
 				gap = t.opts.MinRefreshGap
 				if t.opts.OnChange != nil && fetched != nil && !slices.Equal(tab.addrs, fetched.addrs) {
-					t.opts.OnChange(slices.Clone(fetched.addrs), slices.Clone(tab.addrs))
+					t.opts.OnChange(slices.Clone(tab.addrs), minus(tab.addrs, fetched.addrs), minus(fetched.addrs, tab.addrs))
 				}
 			case kicked:
 				gap = min(2*gap, t.opts.RefreshInterval)
