@@ -62,6 +62,9 @@ type Options struct {
 	// with them the agent learns the topology, names copies on distinct primaries and
 	// publishes the plan in Redis. Empty: detection and client-side mitigations only.
 	RedisAddrs []string
+	// RedisUsername and RedisPassword authenticate every connection to RedisAddrs (the
+	// topology, the executor, INFO readings). Default: none, Redis's user "default".
+	RedisUsername, RedisPassword string
 	// Planner configures the mitigation rules, hysteresis and lease. Default: mitigate's.
 	Planner mitigate.PlannerOptions
 	// Events is the registry of predicted hot keys. Default: an in-memory store.

@@ -45,7 +45,7 @@ type redisState struct {
 	unsubscribe func()             // stops feeding plans to exec
 	// load reads the primaries' own load from INFO; nil when RedisInfo is negative.
 	load *nodeload.Poller
-	// nodes are load's connections, one per primary; nil with load.
+	// nodes are the connections to each node, for the topology and for load.
 	nodes *mitigate.NodeClients
 }
 
@@ -54,8 +54,12 @@ type redisState struct {
 // topology fresh until ctx ends.
 func (a *Agent) connectRedis(ctx context.Context) {
 	for {
+		// One client per node, shared by the topology's CLUSTER commands and INFO.
+		nodes := mitigate.NewNodeClients(&redis.Options{Username: a.opts.RedisUsername, Password: a.opts.RedisPassword,
+			PoolSize: 2, ContextTimeoutEnabled: true})
 		topo, err := mitigate.NewTopology(ctx, mitigate.TopologyOptions{
 			Seeds:   a.opts.RedisAddrs,
+			Conn:    nodes,
 			OnError: func(err error) { a.log.Warn("redis topology refresh failed", "err", err) },
 			OnChange: func(primaries, added, removed []string) {
 				a.log.Info("redis primaries changed (failover, or nodes added or removed)", "primaries", primaries,
@@ -63,13 +67,14 @@ func (a *Agent) connectRedis(ctx context.Context) {
 			},
 		})
 		if err == nil {
-			st := &redisState{topo: topo}
+			st := &redisState{topo: topo, nodes: nodes}
 			if topo.IsCluster() {
 				// go-redis learns of a failover without a MOVED only when it reloads its
 				// slot table (every 60 s by default): until then, every copy refresh and
 				// fold on the failed primary's shard fails. One CLUSTER SLOTS every few
 				// seconds is cheap.
 				cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.opts.RedisAddrs,
+					Username: a.opts.RedisUsername, Password: a.opts.RedisPassword,
 					ClusterStateReloadInterval: clusterReload})
 				// The topology learns a slot move or a failover from what the executor's
 				// client meets at its next copy refresh or fold (MOVED, or a command
@@ -79,7 +84,8 @@ func (a *Agent) connectRedis(ctx context.Context) {
 				topo.Watch(cc)
 				st.rdb = cc
 			} else {
-				st.rdb = redis.NewClient(&redis.Options{Addr: a.opts.RedisAddrs[0]})
+				st.rdb = redis.NewClient(&redis.Options{Addr: a.opts.RedisAddrs[0],
+					Username: a.opts.RedisUsername, Password: a.opts.RedisPassword})
 			}
 			st.exec, err = mitigate.NewExecutor(mitigate.ExecutorOptions{
 				Redis:         st.rdb,
@@ -93,6 +99,7 @@ func (a *Agent) connectRedis(ctx context.Context) {
 				a.log.Error("mitigation executor", "err", err)
 				st.rdb.Close()
 				topo.Close()
+				nodes.Close()
 				return
 			}
 			st.unsubscribe = a.store.Subscribe(st.exec.Offer)
@@ -114,6 +121,7 @@ func (a *Agent) connectRedis(ctx context.Context) {
 			wg.Wait()
 			return
 		}
+		nodes.Close()
 		a.log.Warn("redis unreachable; detection goes on, mitigations that need Redis wait", "addrs", a.opts.RedisAddrs, "err", err)
 		select {
 		case <-ctx.Done():
@@ -129,7 +137,6 @@ func (a *Agent) startRedisInfo(st *redisState) {
 	if a.opts.RedisInfo < 0 {
 		return
 	}
-	st.nodes = mitigate.NewNodeClients(nil)
 	p, err := nodeload.New(nodeload.Options{
 		Primaries: st.topo.PrimaryAddrs,
 		Conn:      st.nodes,
@@ -144,8 +151,6 @@ func (a *Agent) startRedisInfo(st *redisState) {
 	})
 	if err != nil { // the options above are always valid
 		a.log.Error("reading primaries' INFO", "err", err)
-		st.nodes.Close()
-		st.nodes = nil
 		return
 	}
 	st.load = p
@@ -213,9 +218,7 @@ func (a *Agent) closeRedis() {
 	}
 	st.rdb.Close()
 	st.topo.Close()
-	if st.nodes != nil {
-		st.nodes.Close()
-	}
+	st.nodes.Close()
 }
 
 // namer returns the topology to name copies with, nil while none is known.

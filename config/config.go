@@ -49,6 +49,14 @@ type Redis struct {
 	// means detection only: nothing is written to Redis. In the environment they are
 	// comma-separated. Default empty.
 	Addrs []string `yaml:"addrs"`
+	// Username and Password are the credentials of a Redis that wants AUTH (requirepass,
+	// or an ACL user, which needs the commands mitigations run and +info): every
+	// connection the agent opens to redis.addrs authenticates with them — the topology,
+	// the executor, INFO readings, the registry's store. An empty username is Redis's
+	// user "default". No flag: set the password with HOTKEYD_REDIS_PASSWORD. Default
+	// empty. The password is never shown.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
 	// InfoInterval is how often the agent reads each primary's INFO (commands, CPU,
 	// network bytes) for hotkeyd_redis_*_total and GET /v1/nodes; 0 never. Three small
 	// INFO sections per primary each time. Default 10s.

@@ -35,7 +35,7 @@
 // puts before each where the value was set (file and line, variable or flag).
 //
 // Config.YAML prints the effective configuration (hotkeyd serve --print-config) with
-// auth.token and proxy.upstream_password shown as "***"; loading that output gives the
+// auth.token, proxy.upstream_password and redis.password shown as "***"; loading that output gives the
 // same Config back once the secrets are set again: "***" as a secret is an error. The file
 // config/example.yaml lists every key with its default and a comment.
 //
@@ -48,6 +48,8 @@
 //	udp.listen                     127.0.0.1:9736  host:port for sample datagrams; empty turns UDP off (--udp-listen)
 //	udp.readers                    2               1..64 reading goroutines
 //	redis.addrs                    (none)          host:port list; none means detection only (--redis-addrs)
+//	redis.username                 (none)          ACL user of every connection to redis.addrs; empty: "default"
+//	redis.password                 (none)          password of those connections (requirepass or the user's); no flag, shown as ***
 //	redis.info_interval            10s             0 (never) or 1s..1m: how often each primary's INFO is read (hotkeyd_redis_*_total, /v1/nodes)
 //	proxy.listen                   (none)          host:port of the RESP proxy tap; set with proxy.upstream (--proxy-listen)
 //	proxy.upstream                 (none)          host:port of the Redis behind the proxy (--proxy-upstream)

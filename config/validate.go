@@ -21,7 +21,7 @@ const minTick = 10 * time.Millisecond
 //
 //	detector.width: 1000 is not a power of two; use a power of two between 64 and 16777216
 //
-// The values of auth.token and proxy.upstream_password are never shown.
+// The values of auth.token, proxy.upstream_password and redis.password are never shown.
 func (c Config) Validate() error {
 	var v validator
 
@@ -41,6 +41,13 @@ func (c Config) Validate() error {
 		seen[a] = i
 	}
 
+	if strings.ContainsFunc(c.Redis.Password, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		v.add("redis.password", secret{}, "contains a control character (a trailing newline?)", "remove it")
+	}
+	if c.Redis.Username != "" && c.Redis.Password == "" {
+		v.add("redis.username", c.Redis.Username, "is set while redis.password is empty",
+			"set HOTKEYD_REDIS_PASSWORD too, or leave both empty for a Redis without AUTH")
+	}
 	if c.Redis.InfoInterval != 0 {
 		// Up to a minute: HotkeydPrimaryCPUSaturated takes rates over 2 minutes, which
 		// need two readings in them.
@@ -190,7 +197,7 @@ const redacted = "***"
 const maxTokenBytes = 255
 
 // secretKeys are the keys whose values are never shown: not by YAML, not in errors.
-var secretKeys = map[string]bool{"auth.token": true, "proxy.upstream_password": true}
+var secretKeys = map[string]bool{"auth.token": true, "proxy.upstream_password": true, "redis.password": true}
 
 // placeholders refuses redacted as the value of a secret key: it is what YAML, and so
 // --print-config, writes for a secret, and its output reused as a config file would

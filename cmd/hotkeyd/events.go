@@ -153,7 +153,7 @@ func redisStore(ctx context.Context, cfg config.Config, from registry.Store, log
 
 // openRedis opens the registry's store in Redis.
 func openRedis(ctx context.Context, cfg config.Config) (*registry.RedisStore, error) {
-	rdb, err := redisClient(ctx, cfg.Redis.Addrs)
+	rdb, err := redisClient(ctx, cfg.Redis)
 	if err != nil {
 		return nil, err
 	}
@@ -176,22 +176,23 @@ func seedRedis(ctx context.Context, cfg config.Config, rs *registry.RedisStore, 
 }
 
 // redisClient returns a cluster client when the first reachable address is a cluster
-// node, else a plain client.
-func redisClient(ctx context.Context, addrs []string) (redis.UniversalClient, error) {
+// node, else a plain client, authenticating with r's credentials.
+func redisClient(ctx context.Context, r config.Redis) (redis.UniversalClient, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var last error
-	for _, addr := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: addr})
+	for _, addr := range r.Addrs {
+		o := &redis.Options{Addr: addr, Username: r.Username, Password: r.Password}
+		c := redis.NewClient(o)
 		info, err := c.ClusterInfo(ctx).Result()
 		c.Close()
 		switch {
 		case err == nil && strings.Contains(info, "cluster_state:"):
-			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), nil
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Addrs, Username: r.Username, Password: r.Password}), nil
 		case err != nil && strings.Contains(err.Error(), "cluster support disabled"):
-			return redis.NewClient(&redis.Options{Addr: addr}), nil
+			return redis.NewClient(o), nil
 		}
 		last = err
 	}
-	return nil, fmt.Errorf("no Redis at %v answered: %w", addrs, last)
+	return nil, fmt.Errorf("no Redis at %v answered: %w", r.Addrs, last)
 }

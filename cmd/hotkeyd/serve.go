@@ -134,6 +134,8 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 		HashKeys:            cfg.Metrics.HashKeys,
 		KeyMinRatio:         keyMinRatio(cfg.Metrics.KeyMinRatio),
 		RedisAddrs:          cfg.Redis.Addrs,
+		RedisUsername:       cfg.Redis.Username,
+		RedisPassword:       cfg.Redis.Password,
 		RedisInfo:           infoInterval(cfg.Redis.InfoInterval),
 		Planner:             plannerOptions(cfg.Mitigate),
 		CopyRefresh:         cfg.Mitigate.CopyRefresh,
