@@ -20,18 +20,12 @@ func TestCacheCloseDuringGets(t *testing.T) {
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
 		for g := range 3 {
-			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if _, err := c.Get(context.Background(), fmt.Sprint(round, ":", g, ":", i), func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
-						t.Errorf("Get during Close: %v", err)
-						return
-					}
+			untilStop(&wg, stop, func(i int) bool {
+				if _, err := c.Get(context.Background(), fmt.Sprint(round, ":", g, ":", i), func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+					t.Errorf("Get during Close: %v", err)
+					return false
 				}
+				return true
 			})
 		}
 		stopGets := sync.OnceFunc(func() { close(stop); wg.Wait() })
