@@ -187,6 +187,13 @@ func agentURL(addr, path string) (*url.URL, error) {
 }
 
 func fetchTop(ctx context.Context, c *http.Client, u string) (*agent.TopK, error) {
+	return fetchJSON[agent.TopK](ctx, c, u)
+}
+
+// fetchJSON GETs u from the agent and decodes its JSON answer, or returns an error that
+// says what went wrong: unreachable, an error status with the agent's message (escaped),
+// or a reply that is not a T.
+func fetchJSON[T any](ctx context.Context, c *http.Client, u string) (*T, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -207,7 +214,7 @@ func fetchTop(ctx context.Context, c *http.Client, u string) (*agent.TopK, error
 		}
 		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, escapeControls(msg)) // any server's reply: no escape sequence reaches the terminal
 	}
-	var r agent.TopK
+	var r T
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
 		return nil, fmt.Errorf("GET %s: bad reply: %w", u, err)
 	}
@@ -323,20 +330,11 @@ func fetchNodes(ctx context.Context, c *http.Client, addr string) *agent.Nodes {
 	if err != nil {
 		return nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	n, err := fetchJSON[agent.Nodes](ctx, c, u.String())
 	if err != nil {
 		return nil
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	var n agent.Nodes
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&n) != nil {
-		return nil
-	}
-	return &n
+	return n
 }
 
 // nodeLines is the number of lines the primaries table takes in a frame (its head, a
