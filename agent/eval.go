@@ -28,8 +28,6 @@ type view struct {
 	mitigations map[string][]string
 	// nodes is each primary's share of the ranked keys' load; nil without a topology.
 	nodes []mitigate.NodeLoad
-	// slots is the number of slots each primary of nodes owns.
-	slots map[string]int
 	// unplaced is the rate of the ranked keys no primary could be named for.
 	unplaced float64
 	// planVersion is the version of the current plan.
@@ -206,10 +204,6 @@ func (a *Agent) evaluate() {
 	}
 	if st := a.redis.Load(); st != nil {
 		v.nodes, v.unplaced = nodeLoads(levels, st.topo)
-		v.slots = make(map[string]int, len(v.nodes))
-		for _, n := range v.nodes {
-			v.slots[n.Primary] = st.topo.SlotsOf(n.Primary)
-		}
 	}
 	for i, l := range levels {
 		v.byKey[l.Key.Key] = i

@@ -131,14 +131,16 @@ func (a *Agent) nodes(w http.ResponseWriter, _ *http.Request) {
 	v := a.view.Load()
 	out := Nodes{At: v.at.UTC(), Nodes: make([]Node, 0, len(v.nodes)), UnplacedRate: v.unplaced}
 	var states map[string]nodeload.State
+	slots := func(string) int { return 0 }
 	if st := a.redis.Load(); st != nil {
 		out.Cluster = st.topo.IsCluster()
+		slots = st.topo.SlotsOf
 		if st.load != nil {
 			states = st.load.Nodes()
 		}
 	}
 	for _, n := range v.nodes {
-		j := Node{Primary: n.Primary, Slots: v.slots[n.Primary], Rate: n.Rate, Share: n.Share, Keys: make([]NodeKey, 0, len(n.Keys))}
+		j := Node{Primary: n.Primary, Slots: slots(n.Primary), Rate: n.Rate, Share: n.Share, Keys: make([]NodeKey, 0, len(n.Keys))}
 		switch s := states[n.Primary]; {
 		case s.Err != nil:
 			j.RedisError = &RedisError{Error: s.Err.Error(), Since: s.Since.UTC()}
