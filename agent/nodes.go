@@ -92,17 +92,7 @@ func nodeLoads(levels []detector.Level, topo *mitigate.Topology) ([]mitigate.Nod
 		}
 		loads = append(loads, mitigate.KeyLoad{Key: l.Key.Key, Rate: l.ReadRate + l.WriteRate})
 	}
-	nodes := mitigate.NodeShares(loads, topo, nodeKeys)
-	if unplaced > 0 { // shares are of all the ranked load: a primary with 1 % of it is not at 100 %
-		total := unplaced
-		for _, n := range nodes {
-			total += n.Rate
-		}
-		for i := range nodes {
-			nodes[i].Share = nodes[i].Rate / total
-		}
-	}
-	return nodes, unplaced
+	return mitigate.NodeShares(loads, unplaced, topo, nodeKeys), unplaced
 }
 
 // placement returns a key's slot (nil outside a cluster) and primary ("" without a

@@ -41,8 +41,11 @@ type HeavyKey struct {
 // primary of topo appears, even with no load, and a "" entry appears when some keys fall
 // on slots no primary owns. The result is ordered by Rate, heaviest first, then by
 // address; each entry lists at most perNode of its heaviest keys (ties by key), none when
-// perNode ≤ 0. It is a pure function of its arguments.
-func NodeShares(keys []KeyLoad, topo *Topology, perNode int) []NodeLoad {
+// perNode ≤ 0. unplaced is load that no primary can be named for (keys whose slot is not
+// known, such as truncated ones): it is in no entry, and the shares are of the total with
+// it, so that a primary with a sliver of the load never reads as all of it. It is a pure
+// function of its arguments.
+func NodeShares(keys []KeyLoad, unplaced float64, topo *Topology, perNode int) []NodeLoad {
 	tab := topo.table.Load()
 	sums := make(map[string]float64, len(keys))
 	order := make([]string, 0, len(keys)) // first appearance, for a deterministic walk
@@ -63,7 +66,10 @@ func NodeShares(keys []KeyLoad, topo *Topology, perNode int) []NodeLoad {
 		byAddr[a] = nl
 		out = append(out, nl)
 	}
-	var total float64
+	total := 0.0
+	if unplaced > 0 && !math.IsInf(unplaced, 1) {
+		total = unplaced
+	}
 	for _, key := range order {
 		rate := sums[key]
 		slot := Slot(key)

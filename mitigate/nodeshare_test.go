@@ -30,11 +30,12 @@ func TestNodeShares(t *testing.T) {
 	inB := keyInSlot(t, "b:", 6000)
 
 	tests := []struct {
-		name    string
-		keys    []KeyLoad
-		topo    *Topology
-		perNode int
-		want    []NodeLoad
+		name     string
+		keys     []KeyLoad
+		unplaced float64
+		topo     *Topology
+		perNode  int
+		want     []NodeLoad
 	}{
 		{
 			name: "lopsided: one hot key makes its primary heaviest",
@@ -83,6 +84,12 @@ func TestNodeShares(t *testing.T) {
 			},
 		},
 		{
+			name: "unplaced load counts in the total: a sliver of it is no 100 %",
+			keys: []KeyLoad{{"foo", 1}}, unplaced: 99,
+			topo: standalone, perNode: 1,
+			want: []NodeLoad{{Primary: "127.0.0.1:6379", Rate: 1, Share: 0.01, Keys: []HeavyKey{{"foo", 12182, 1, 1}}}},
+		},
+		{
 			name: "standalone: one node holds everything",
 			keys: []KeyLoad{{"foo", 1}, {"bar", 3}},
 			topo: standalone, perNode: 1,
@@ -90,7 +97,7 @@ func TestNodeShares(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		got := NodeShares(tt.keys, tt.topo, tt.perNode)
+		got := NodeShares(tt.keys, tt.unplaced, tt.topo, tt.perNode)
 		if !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s:\ngot  %s\nwant %s", tt.name, fmtLoads(got), fmtLoads(tt.want))
 		}
