@@ -134,8 +134,8 @@ func TestKeyPlacementCluster(t *testing.T) {
 	if want := fmt.Sprintf("hotkeyd_key_primary{key=%q,primary=%q} 1", hot, owner[keySlot(hot)]); !strings.Contains(string(body), want) {
 		t.Errorf("/metrics lacks %s", want)
 	}
-	if strings.Contains(string(body), `hotkeyd_key_primary{key="feed:`) {
-		t.Error("/metrics places the truncated key without a tag")
+	if !strings.Contains(string(body), `hotkeyd_key_rate{key="feed:`) || strings.Contains(string(body), `hotkeyd_key_primary{key="feed:`) {
+		t.Error("/metrics: want the truncated key without a tag to have per-key series, but no primary")
 	}
 	one := getJSON[Key](t, fmt.Sprintf("http://%s/v1/keys/%s", a.HTTPAddr(), hot))
 	if want := keySlot(hot); one.Slot == nil || *one.Slot != want || one.Primary != owner[want] {
@@ -279,6 +279,9 @@ func TestNodesRedisLoad(t *testing.T) {
 	}
 
 	offNodes := getJSON[Nodes](t, fmt.Sprintf("http://%s/v1/nodes", off.HTTPAddr()))
+	if len(offNodes.Nodes) != 3 {
+		t.Errorf("RedisInfo off: /v1/nodes lists %d primaries; want the 3, without their INFO load", len(offNodes.Nodes))
+	}
 	for _, n := range offNodes.Nodes {
 		if n.Redis != nil {
 			t.Errorf("RedisInfo off: node %s has redis load %+v", n.Primary, n.Redis)
