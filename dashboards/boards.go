@@ -259,13 +259,17 @@ func keyBoard() *Dashboard {
 		unit: "short", steps: []Step{at("red", 1)}, mappings: hotMapping(),
 		targets: []Target{series(`max(`+m("hotkeyd_key_hot", k)+`)`, "$key")}}.build())
 
-	l.section("Mitigations and primaries (agent-wide)")
-	l.add(12, 8, panel{typ: "timeseries", title: "Active mitigations, all keys",
+	l.section("Mitigations and primaries")
+	l.add(4, 8, panel{typ: "stat", title: "Primary of $key",
+		desc: "The Redis primary that owns the key's slot, as the agents see it (hotkeyd_key_primary): the node this key loads. Two names during a failover or a slot migration, while agents disagree. No data without redis.addrs, or for a key cut at limits.max_key_bytes before a whole hash tag (its slot is then unknown).",
+		unit: "short", showName: true,
+		targets: []Target{instant(`max by (primary) (`+m("hotkeyd_key_primary", k)+`)`, "{{primary}}")}}.build())
+	l.add(10, 8, panel{typ: "timeseries", title: "Active mitigations, all keys",
 		desc: "Mitigations active on the selected agents, by kind and mode (hotkeyd_mitigations). Agent-wide; per key the agent exports only the kinds enforced for a ranked key (hotkeyd_key_mitigated); the key's own in every mode are in GET /v1/keys/{key} (\"mitigations\") and in `hotkeyd top`.",
 		unit: "short", stack: true,
 		targets: []Target{series(`sum by (kind, mode) (`+m("hotkeyd_mitigations")+`)`, "{{kind}} ({{mode}})")}}.build())
-	l.add(12, 8, panel{typ: "timeseries", title: "Load share per primary",
-		desc: "Each Redis primary's share of the ranked keys' load (hotkeyd_node_share); a hot key weighs on the primary that owns its slot. Orange from 0.4, red above 0.5. No data without redis.addrs.",
+	l.add(10, 8, panel{typ: "timeseries", title: "Load share per primary",
+		desc: "Each Redis primary's share of the ranked keys' load, agent-wide (hotkeyd_node_share); a hot key weighs on the primary that owns its slot, named on the left. Orange from 0.4, red above 0.5. No data without redis.addrs.",
 		unit: "percentunit", steps: nodeSteps, thresholdStyle: "dashed", min: ptr(0.0), max: ptr(1.0),
 		targets: []Target{series(`max by (primary) (`+m("hotkeyd_node_share")+`)`, "{{primary}}")}}.build())
 

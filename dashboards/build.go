@@ -84,6 +84,9 @@ type panel struct {
 	links    []DataLink
 	min, max *float64
 	decimals *int
+	// showName makes a stat show its series' legend (a label such as a primary's
+	// address) instead of its value, uncoloured.
+	showName bool
 }
 
 func (s panel) build() *Panel {
@@ -164,13 +167,17 @@ func (s panel) build() *Panel {
 		p.Options = map[string]any{"legend": legend, "tooltip": tooltip}
 	case "stat":
 		p.FieldConfig.Defaults.Color = map[string]any{"mode": "thresholds"}
+		colorMode, graphMode, textMode := "background", "area", "auto"
+		if s.showName {
+			colorMode, graphMode, textMode = "none", "none", "name"
+		}
 		p.Options = map[string]any{
 			"reduceOptions":     reduce,
-			"colorMode":         "background",
-			"graphMode":         "area",
+			"colorMode":         colorMode,
+			"graphMode":         graphMode,
 			"justifyMode":       "auto",
 			"orientation":       "auto",
-			"textMode":          "auto",
+			"textMode":          textMode,
 			"wideLayout":        true,
 			"showPercentChange": false,
 		}

@@ -332,7 +332,15 @@ func checkBoard(t *testing.T, b board, uids, titles map[string]string) {
 			t.Errorf("%s: description %q; want a sentence on what it shows", where, p["description"])
 		}
 		checkDatasource(t, where, p["datasource"])
-		checkFieldConfig(t, where, str(p["type"]), p["fieldConfig"])
+		typ := str(p["type"])
+		if opts, _ := p["options"].(map[string]any); typ == "stat" && opts["textMode"] == "name" {
+			// A stat that shows a label, not a value: no threshold applies, and none colours it.
+			if opts["colorMode"] != "none" {
+				t.Errorf("%s: a stat showing a name with colour mode %v; want none", where, opts["colorMode"])
+			}
+			typ = "stat showing a name"
+		}
+		checkFieldConfig(t, where, typ, p["fieldConfig"])
 		targets := list(p["targets"])
 		if len(targets) == 0 {
 			t.Errorf("%s: no targets", where)

@@ -67,6 +67,11 @@ func TestPanelsAgainstPrometheus(t *testing.T) {
 	if err := rdb.Set(context.Background(), hotKey, "3-1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
+	owner, err := rdb.MasterForKey(context.Background(), hotKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hotOwner := owner.Options().Addr
 	rdb.Close()
 	a := startAgent(t, cluster.Addrs())
 	base := "http://" + a.HTTPAddr().String()
@@ -173,8 +178,38 @@ func TestPanelsAgainstPrometheus(t *testing.T) {
 	if checked < 40 {
 		t.Errorf("checked %d queries; want every panel's (over 40)", checked)
 	}
+	checkKeyPrimary(t, prom, boards, hotOwner)
 	checkRulesLoaded(t, prom, exported)
 	checkBarsAddUp(t, prom, `sum(increase($m[$__interval]))`, 4*time.Second)
+}
+
+// checkKeyPrimary checks that the key board's "Primary of $key" stat names the primary
+// that owns the hot key's slot, as its legend: the label, not the value, is what it shows.
+func checkKeyPrimary(t *testing.T, prom *prometheus, boards []board, owner string) {
+	t.Helper()
+	for _, b := range boards {
+		if str(b.m["uid"]) != "hotkeyd-key" {
+			continue
+		}
+		for _, pr := range allPanels(b.m) {
+			if str(pr.p["title"]) != "Primary of $key" {
+				continue
+			}
+			tg := list(pr.p["targets"])[0].(map[string]any)
+			legend := str(tg["legendFormat"])
+			label := strings.TrimSuffix(strings.TrimPrefix(legend, "{{"), "}}")
+			q := substitute(t, str(tg["expr"]), resolveVariables(t, prom, b))
+			got, err := prom.query(q)
+			if err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+			if len(got) != 1 || got[0].Metric[label] != owner {
+				t.Errorf("%s: got %v; want one series whose %s (the legend %s) is %s, the primary that owns %s", q, got, label, legend, owner, hotKey)
+			}
+			return
+		}
+	}
+	t.Error(`the key board has no panel "Primary of $key"`)
 }
 
 // startAgent runs an agent on loopback ports with the given Redis, and a proxy tap in
