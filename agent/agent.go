@@ -205,8 +205,8 @@ func New(o Options) (*Agent, error) {
 		return nil, err
 	}
 	if o.UDPListen != "" {
-		sink := reportLimit{a, defaults.Or(o.MaxSamplesPerReport, sampler.DefaultMaxSamples)}
-		a.udp, err = sampler.NewUDPServer(sampler.UDPOptions{Listen: o.UDPListen, Readers: o.UDPReaders, Token: o.AuthToken, Sink: sink, Logger: o.Logger})
+		a.udp, err = sampler.NewUDPServer(sampler.UDPOptions{Listen: o.UDPListen, Readers: o.UDPReaders,
+			MaxSamples: o.MaxSamplesPerReport, Token: o.AuthToken, Sink: a, Logger: o.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("agent: udp.listen %q: %w", o.UDPListen, err)
 		}
@@ -347,22 +347,6 @@ func weight(count uint32, scale float64) uint32 {
 		n++
 	}
 	return uint32(max(n, 1))
-}
-
-// reportLimit is the sink of the UDP listener: it drops a datagram of more than max
-// samples (MaxSamplesPerReport) as too large, as POST /v1/samples refuses such a body,
-// and counts the samples it held (the count is known, unlike that of a refused body).
-type reportLimit struct {
-	*Agent
-	max int
-}
-
-func (l reportLimit) Accept(b sampler.Batch) {
-	if len(b.Samples) > l.max {
-		l.Drop(b.Source, sampler.DropTooLarge, len(b.Samples))
-		return
-	}
-	l.Agent.Accept(b)
 }
 
 // Drop records samples that a source dropped (sampler.Sink).

@@ -300,7 +300,8 @@ func (a *Agent) keyReply(v *view, k detector.Key, readRate, writeRate, total flo
 // UTF-8 (as /v1/topk lists it).
 func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	if b64, ok := r.URL.Query()["key_b64"]; ok {
+	b64, named := r.URL.Query()["key_b64"] // key_b64= names the empty key, which Redis allows
+	if named {
 		if key != "" || len(b64) != 1 {
 			writeError(w, http.StatusBadRequest, "key_b64: give the key once: either in the path (/v1/keys/{key}) or as /v1/keys/?key_b64=BASE64")
 			return
@@ -312,8 +313,8 @@ func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
 		}
 		key = string(b)
 	}
-	if key == "" {
-		writeError(w, http.StatusBadRequest, "key: empty; use /v1/keys/{key} with the key URL-escaped, or /v1/keys/?key_b64=BASE64")
+	if key == "" && !named {
+		writeError(w, http.StatusBadRequest, "key: empty; use /v1/keys/{key} with the key URL-escaped, /v1/keys/?key_b64=BASE64, or /v1/keys/?key_b64= for the empty key")
 		return
 	}
 	v := a.view.Load()

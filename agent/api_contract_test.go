@@ -278,3 +278,34 @@ func TestMetricsNoControlBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyKeyLookup: the empty key, which Redis allows and the agent counts, can be
+// looked up as /v1/keys/?key_b64= once /v1/topk lists it; /v1/keys/ with nothing names
+// that form in its 400.
+func TestEmptyKeyLookup(t *testing.T) {
+	a, c, h := newTestAgent(t, Options{})
+	a.Accept(sampler.Batch{Source: "t", Rate: 1, Samples: []sampler.Sample{
+		{Key: []byte(""), Op: sampler.OpRead, Count: 40},
+		{Key: []byte("other"), Op: sampler.OpRead, Count: 10},
+	}})
+	c.add(time.Second / 2)
+	a.evaluate()
+	var top struct {
+		Keys []map[string]any `json:"keys"`
+	}
+	if err := json.Unmarshal(do(t, h, "GET", "/v1/topk", "").Body.Bytes(), &top); err != nil || len(top.Keys) == 0 || top.Keys[0]["key"] != "" {
+		t.Fatalf("/v1/topk: %v %v; want the empty key first", top.Keys, err)
+	}
+	w := do(t, h, "GET", "/v1/keys/?key_b64=", "")
+	var got map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("GET /v1/keys/?key_b64=: %d %s; want 200", w.Code, w.Body)
+	}
+	if got["key"] != "" || got["read_rate"] != 80.0 {
+		t.Errorf("GET /v1/keys/?key_b64=: key %q read_rate %v; want the empty key at 80/s", got["key"], got["read_rate"])
+	}
+	w = do(t, h, "GET", "/v1/keys/", "")
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "?key_b64= for the empty key") {
+		t.Errorf("GET /v1/keys/: %d %s; want 400 naming ?key_b64= for the empty key", w.Code, w.Body)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -193,5 +194,45 @@ func TestHTTPHandlerContentEncoding(t *testing.T) {
 			t.Errorf("Content-Encoding %q: dropped %q; want %q", tt.encoding, got, "unknown malformed 1")
 		}
 		sink.mu.Unlock()
+	}
+}
+
+// TestUDPTooManySamplesLogged: a datagram with more samples than MaxSamples is dropped
+// whole, its samples counted as too_large, and logged as the other drops are, with the
+// limit and the setting that raises it: over UDP the sender gets no answer, so the log
+// is the only place it can learn why. A datagram within the limit, sent before, is kept.
+func TestUDPTooManySamplesLogged(t *testing.T) {
+	var buf logbuf.Buffer
+	sink := &jsonTestSink{}
+	_, conn := startUDP(t, UDPOptions{Readers: 1, MaxSamples: 3, Sink: sink, Logger: debugLogger(&buf)})
+	report := func(n int) []byte {
+		b := Batch{Source: "py", Rate: 1}
+		for i := range n {
+			b.Samples = append(b.Samples, Sample{Key: fmt.Appendf(nil, "k%d", i), Op: OpRead})
+		}
+		data, err := AppendReport(nil, b, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	conn.Write(report(3))
+	conn.Write(report(4))
+	udpWaitFor(t, "3 samples, a drop and a line", func() bool {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return len(sink.samples) == 3 && len(sink.drops) == 1 && len(logLines(&buf, "dropped")) == 1
+	})
+	sink.mu.Lock()
+	drops := strings.Join(sink.drops, ",")
+	sink.mu.Unlock()
+	if drops != "py too_large 4" {
+		t.Errorf("dropped %q; want %q, the datagram's 4 samples", drops, "py too_large 4")
+	}
+	line := logLines(&buf, "dropped")[0]
+	for _, want := range []string{"level=WARN", "transport=udp", "reason=too_large", "source=py", "4 samples", "at most 3", "limits.max_samples_per_report"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log line %q lacks %q", line, want)
+		}
 	}
 }

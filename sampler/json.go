@@ -330,6 +330,13 @@ func (d *jsonDecoder) value(at string) (json.Token, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, open := tok.(json.Delim); !open {
+		// The decoder reads "05" as 0 and fails only at the next token: say what is wrong
+		// before checking the 0 it read.
+		if i := valueEnd(d.body, int(d.dec.InputOffset())); i >= 0 {
+			return nil, fmt.Errorf("%s: invalid JSON at byte %d: %q after a value (a number with a leading zero?)", at, i, d.body[i])
+		}
+	}
 	if tok == nil {
 		return nil, fmt.Errorf("%s: null is not allowed; leave the field out for its default", at)
 	}
@@ -344,6 +351,22 @@ func (d *jsonDecoder) value(at string) (json.Token, error) {
 		}
 	}
 	return tok, nil
+}
+
+// valueEnd returns -1 when the body goes on from end, just after a scalar value, as JSON
+// may: with a comma, a closing bracket or brace, or nothing, after any white space; else
+// the index of the byte that may not follow.
+func valueEnd(body []byte, end int) int {
+	for i := end; i < len(body); i++ {
+		switch body[i] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case ',', '}', ']':
+			return -1
+		}
+		return i
+	}
+	return -1
 }
 
 // name reads an object member name.

@@ -88,6 +88,12 @@ func TestDecodeJSONReportErrors(t *testing.T) {
 		{"empty body", ``, `body: the JSON ends early`},
 		{"truncated", `{"source":"a","samples":[{"key":"a"`, `samples[0]: the JSON ends early`},
 		{"syntax", `{"source":"a",,}`, `body: invalid JSON at byte 14: invalid character ',' looking for beginning of object key string`},
+		{"count leading zero", `{"source":"a","samples":[{"key":"a","op":"read","count":05}]}`,
+			`samples[0].count: invalid JSON at byte 57: '5' after a value (a number with a leading zero?)`},
+		{"rate leading zero", `{"source":"a","sample_rate":00.5,"samples":[]}`,
+			`sample_rate: invalid JSON at byte 29: '0' after a value (a number with a leading zero?)`},
+		{"string then number", `{"source":"a" 1,"samples":[]}`,
+			`source: invalid JSON at byte 14: '1' after a value (a number with a leading zero?)`},
 		{"trailing", `{"source":"a","samples":[]} {}`, `body: an object after the JSON object; send one object`},
 	}
 	for _, tt := range tests {

@@ -29,6 +29,10 @@ type UDPOptions struct {
 	// net.core.rmem_max (raise it with sysctl for busy agents). Allowed: 0 (the default)
 	// or 64 KiB to 1 GiB.
 	SocketBuffer int
+	// MaxSamples bounds the samples of one datagram, as HTTPOptions.MaxSamples bounds a
+	// body's: a datagram with more is dropped, and its samples counted, as DropTooLarge.
+	// Zero or less means DefaultMaxSamples.
+	MaxSamples int
 	// Token, when not empty, is required in every report; a report without it or with
 	// another token is dropped and counted as DropAuth. Default: none required.
 	Token string
@@ -36,7 +40,7 @@ type UDPOptions struct {
 	// Required. Accept is called from several reader goroutines at once.
 	Sink Sink
 	// Logger receives, at warn level, the first datagram dropped as malformed, too large
-	// or without the token, with the sender's address, the source when the header got
+	// (in bytes or in samples) or without the token, with the sender's address, the source when the header got
 	// that far, and why; then at most one such line a minute, with the number of
 	// datagrams dropped since the line before. Default: none.
 	Logger *slog.Logger
@@ -52,11 +56,12 @@ const (
 // UDPServer receives report datagrams (see AppendReport) and hands their samples to a Sink.
 // Its methods are safe for concurrent use.
 type UDPServer struct {
-	conn    *net.UDPConn
-	readers int
-	token   []byte
-	sink    Sink
-	dropLog dropLog // logs dropped datagrams, a line a minute at most
+	conn       *net.UDPConn
+	readers    int
+	maxSamples int
+	token      []byte
+	sink       Sink
+	dropLog    dropLog // logs dropped datagrams, a line a minute at most
 
 	mu      sync.Mutex // guards closed and the start of readers, so Close never races wg.Add
 	closed  bool
@@ -98,12 +103,16 @@ func NewUDPServer(opts UDPOptions) (*UDPServer, error) {
 	// The kernel caps the size at net.core.rmem_max; a smaller buffer still works.
 	_ = conn.SetReadBuffer(opts.SocketBuffer)
 	s := &UDPServer{
-		conn:    conn,
-		readers: opts.Readers,
-		sink:    opts.Sink,
-		done:    make(chan struct{}),
-		drops:   countKernelDrops(conn),
-		dropLog: newDropLog(opts.Logger, "udp"),
+		conn:       conn,
+		readers:    opts.Readers,
+		maxSamples: opts.MaxSamples,
+		sink:       opts.Sink,
+		done:       make(chan struct{}),
+		drops:      countKernelDrops(conn),
+		dropLog:    newDropLog(opts.Logger, "udp"),
+	}
+	if s.maxSamples <= 0 {
+		s.maxSamples = DefaultMaxSamples
 	}
 	if opts.Token != "" {
 		s.token = []byte(opts.Token)
@@ -219,6 +228,15 @@ func (s *UDPServer) read() {
 			s.sink.Drop(b.Source, DropAuth, max(len(b.Samples), 1))
 			if unlogged, ok := s.dropLog.due(); ok {
 				s.dropLog.warn(unlogged, from, b.Source, DropAuth, tokenError(token))
+			}
+			continue
+		}
+		if len(b.Samples) > s.maxSamples {
+			s.sink.Drop(b.Source, DropTooLarge, len(b.Samples))
+			if unlogged, ok := s.dropLog.due(); ok {
+				s.dropLog.warn(unlogged, from, b.Source, DropTooLarge, fmt.Errorf(
+					"report: %s samples; send at most %s per datagram (limits.max_samples_per_report)",
+					group(len(b.Samples)), group(s.maxSamples)))
 			}
 			continue
 		}
