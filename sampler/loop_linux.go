@@ -28,7 +28,7 @@ import (
 // failover) holds back only writes, as it would on direct connections, and not every
 // read queued behind it. A client's commands go to the connection its first command
 // picks, and stay there while it is owed replies: its commands never overtake one
-// another. A client that opens with HELLO 3 (go-redis v9, Lettuce) moves to the RESP3
+// another. A write it sends behind reads waits for their replies (see hold). A client that opens with HELLO 3 (go-redis v9, Lettuce) moves to the RESP3
 // pair, whose HELLO answers it; a Redis without RESP3 pins such a client instead.
 type muxLoop struct {
 	p      *Proxy
@@ -89,6 +89,8 @@ type loopClient struct {
 	out     []byte // replies its socket had no room for yet
 	owed    int    // replies Redis owes it
 	on      int    // the shared connection that owes them
+	held    int    // in[:held] are a write sent behind reads it is owed and what follows (see hold)
+	heldN   int    // the commands in in[:held]
 	resp3   bool   // it asked for RESP3 with HELLO 3
 	authed  bool   // with UpstreamPassword set: it authenticated with the configured credentials
 	rest    []byte // once pinning: what it sent that goes to its own connection
@@ -374,6 +376,9 @@ func (l *muxLoop) turn(n int) bool {
 				l.readUp(i)
 			}
 		}
+		for i := range l.up {
+			l.flushUp(i) // writes that replies released (see hold)
+		}
 	}
 	l.finish()
 	if l.draining {
@@ -436,7 +441,7 @@ func (l *muxLoop) startDrain() {
 		if c.closed || c.done {
 			continue // a pinned client handed back now drains on its own (runOwn)
 		}
-		c.pinning, c.rest, c.pending = false, nil, 0
+		c.pinning, c.rest, c.pending, c.held, c.heldN = false, nil, 0, 0, 0
 		l.update(c)
 		l.settle(c)
 	}
@@ -448,7 +453,7 @@ func (l *muxLoop) update(c *loopClient) {
 		return
 	}
 	var want uint32
-	if !c.pinning && !c.eof && !l.throttled && len(c.out) < muxBacklog {
+	if !c.pinning && !c.eof && !l.throttled && len(c.out) < muxBacklog && c.held == 0 {
 		want |= syscall.EPOLLIN
 	} else if l.draining && !c.eof {
 		want |= syscall.EPOLLIN // to drop what it sends
@@ -471,13 +476,10 @@ func (l *muxLoop) update(c *loopClient) {
 	c.events = want
 }
 
-// readClient reads what c sent and queues its whole plain commands for Redis. Its first
-// other command, bytes that do not parse, or a command larger than its buffer or than
-// Redis takes (maxCmd) pin it. With UpstreamPassword set, so do any command before it
-// authenticated with the configured credentials and an AUTH with other credentials; an
-// AUTH with the configured ones is a plain command (see Proxy).
+// readClient reads what c sent and queues its whole plain commands for Redis (see
+// parseClient).
 func (l *muxLoop) readClient(c *loopClient) {
-	if c.closed || c.pinning || c.eof || l.throttled {
+	if c.closed || c.pinning || c.eof || l.throttled || c.held > 0 {
 		if l.draining && !c.closed && !c.eof {
 			l.discard(c)
 		}
@@ -497,17 +499,28 @@ func (l *muxLoop) readClient(c *loopClient) {
 		l.settle(c)
 		return
 	}
+	c.pc.parser.Feed(c.in[c.pending : c.pending+n])
+	c.pending += n
+	l.parseClient(c)
+}
+
+// parseClient queues for Redis the whole plain commands in what c sent and the parser
+// was fed. Its first other command, bytes that do not parse, or a command larger than
+// its buffer or than Redis takes (maxCmd) pin it. With UpstreamPassword set, so do any
+// command before it authenticated with the configured credentials and an AUTH with other
+// credentials; an AUTH with the configured ones is a plain command (see Proxy). A write
+// behind reads it is owed is held (see hold).
+func (l *muxLoop) parseClient(c *loopClient) {
 	pc := c.pc
 	ps := pc.parser
-	ps.Feed(c.in[c.pending : c.pending+n])
-	c.pending += n
-	end, cmds := 0, 0 // in[:end] holds cmds whole commands for the shared connection
+	end, cmds := 0, 0  // in[:end] holds cmds whole commands for the shared connection
+	last, held := 0, 0 // in[:last] holds every whole command parsed; in[end:last] held ones (see hold)
 	var pin *atomic.Uint64
 	for pc.nextCommand() {
-		if ps.Offset()-c.base-int64(end) > l.maxCmd {
+		if ps.Offset()-c.base-int64(last) > l.maxCmd {
 			// Redis would refuse it and close the shared connection.
 			pin = &l.p.stats.pinTooLarge
-			pc.sent = 1 // it goes to the client's own connection (see below)
+			pc.sent = 1 + int64(held) // they go to the client's own connection (see below)
 			break
 		}
 		first := c.owed == 0 && cmds == 0 // it may pick its connection
@@ -524,8 +537,8 @@ func (l *muxLoop) readClient(c *loopClient) {
 			// the client's own (the same user again changes nothing there). Any
 			// other command before that, or other credentials, are for Redis to
 			// judge on a connection of the client's own.
-			// The command's bytes are c.in[end:]: those before it went to the queue.
-			kind, helloAs := l.authArgs.classify(a, ps.Name(), ps.NArgs(), c.in[end:ps.Offset()-c.base])
+			// The command's bytes are c.in[last:]: those before it are parsed.
+			kind, helloAs := l.authArgs.classify(a, ps.Name(), ps.NArgs(), c.in[last:ps.Offset()-c.base])
 			switch {
 			case kind == authMatch && helloAs == 0: // AUTH
 				authed, shared = true, true
@@ -533,7 +546,7 @@ func (l *muxLoop) readClient(c *loopClient) {
 				authed, proto, hello = true, helloAs, true
 			case kind == authOther || !c.authed:
 				pin = &l.p.stats.pinAuth
-				pc.sent = 1
+				pc.sent = 1 + int64(held)
 			}
 			if pin != nil {
 				break
@@ -542,12 +555,17 @@ func (l *muxLoop) readClient(c *loopClient) {
 		if !shared {
 			if !hello || !first || proto == 3 && l.noResp3 {
 				pin = &l.p.stats.pinCommand
-				pc.sent = 1 // it goes to the client's own connection (see below)
+				pc.sent = 1 + int64(held) // they go to the client's own connection (see below)
 				break
 			}
 			c.resp3 = proto == 3 // the pair of that protocol answers the HELLO
 		}
 		c.authed = authed
+		last = int(ps.Offset() - c.base)
+		if held > 0 || write && shared && !first && c.on != upWrites && c.on != upWrites+upResp3 {
+			held++ // it and what follows wait in the buffer (see hold)
+			continue
+		}
 		if first {
 			c.on = upReads
 			if write {
@@ -557,20 +575,22 @@ func (l *muxLoop) readClient(c *loopClient) {
 				c.on += upResp3
 			}
 		}
-		end = int(ps.Offset() - c.base)
+		end = last
 		cmds++
 	}
 	switch {
 	case ps.Err() != nil:
 		pin = &l.p.stats.pinMalformed // bytes Redis must judge
-	case pin == nil && c.pending == len(c.in) && end == 0:
+		pc.sent = int64(held)
+	case pin == nil && c.pending == len(c.in) && last == 0:
 		pin = &l.p.stats.pinTooLarge // a command larger than the buffer
-	case pin == nil && int64(c.pending-end)+ps.bulkRemaining() > min(int64(len(c.in)), l.maxCmd):
+	case pin == nil && int64(c.pending-last)+ps.bulkRemaining() > min(int64(len(c.in)), l.maxCmd):
 		// A bulk string that cannot fit the buffer, or makes the command longer than
 		// Redis takes: pin now rather than once the buffer is full, so that Redis
 		// judges its length at once, as it would on a connection of its own (a length
 		// over proto-max-bulk-len is an error).
 		pin = &l.p.stats.pinTooLarge
+		pc.sent = int64(held)
 	}
 	if cmds > 0 {
 		if l.p.sched == SchedAuto {
@@ -589,15 +609,46 @@ func (l *muxLoop) readClient(c *loopClient) {
 		}
 	}
 	if pin != nil {
-		// sent counts the commands of rest, which its own connection is sent first: the
-		// one that pinned it when parsed, and those sampleRest parses.
+		// sent counts the commands of rest, which its own connection is sent first: those
+		// held, the one that pinned it when parsed, and those sampleRest parses.
 		pin.Add(1)
 		pc.sampleRest()
 		c.rest = c.in[:c.pending]
 		c.pinning = true
 		l.update(c)
 		l.settle(c)
+		return
 	}
+	if held > 0 {
+		c.held, c.heldN = last-end, held
+		l.update(c)
+	}
+}
+
+// hold explains c.held. A client's commands go to the shared connection its first one
+// picks while it is owed replies, so that they run in the order sent. A write sent behind
+// reads would then go to the reads connection, where a CLIENT PAUSE WRITE (a failover's)
+// would hold every other client's reads behind it. So it waits, with what follows it, and
+// the client is not read, until those reads are answered (release); then they go to the
+// writes connection. The client waits a round trip more, as it would for the read's
+// reply before sending the write. A command among them that pins the client takes them
+// all to its own connection instead, once it is owed nothing.
+
+// release queues c's held commands on the writes connection once c is owed nothing.
+func (l *muxLoop) release(c *loopClient) {
+	n, cmds := c.held, c.heldN
+	c.held, c.heldN = 0, 0
+	c.on = upWrites
+	if c.resp3 {
+		c.on += upResp3
+	}
+	u := &l.up[c.on]
+	u.out = append(u.out, c.in[:n]...) // written at the end of the turn
+	u.queue.push(c, cmds)
+	c.owed += cmds
+	c.pending = copy(c.in, c.in[n:c.pending])
+	c.base += int64(n)
+	l.update(c)
 }
 
 // discard reads what c sent while draining and drops it; at its end of file c is closed
@@ -755,6 +806,9 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 	if len(b) > 0 {
 		c.out = append(c.out, b...)
 		l.update(c)
+	}
+	if c.owed == 0 && c.held > 0 {
+		l.release(c) // after the replies that free it
 	}
 	l.settle(c)
 }

@@ -1311,6 +1311,67 @@ func TestMuxPauseWrite(t *testing.T) {
 	})
 }
 
+// TestMuxPauseWritePipelined: a client that sends a read and a write in one go, while
+// writes are paused, holds back only its own write: other clients' reads are answered
+// at once, as on connections of their own (its write would otherwise ride the shared
+// reads connection and hold them all behind it). Its replies come in order once the
+// pause ends, and commands it sent behind the write run after it.
+func TestMuxPauseWritePipelined(t *testing.T) {
+	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+		direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		defer direct.Close()
+		ctx := context.Background()
+		w, r := muxDial(t, addr), muxDial(t, addr)
+		w.expect(t, muxOK, "SET", "pp:k", "1")
+		r.expect(t, muxBulk("1"), "GET", "pp:k")
+		if err := direct.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer direct.ClientUnpause(ctx)
+		w.send(t, muxCmd("GET", "pp:k")+muxCmd("INCR", "pp:k")+muxCmd("GET", "pp:k")+muxCmd("INCR", "pp:k"))
+		waitFor(t, "INCR to wait for the pause", func() bool {
+			list, err := direct.ClientList(ctx).Result()
+			return err == nil && strings.Contains(list, "cmd=incr")
+		})
+		_ = r.SetDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		for i := range 3 {
+			r.send(t, muxCmd("GET", "pp:k"))
+			if got, err := muxReadReply(r.r); got != muxBulk("1") {
+				t.Fatalf("GET %d while another client's pipelined INCR waits for the pause: got %q, %v after %v; want %q at once",
+					i, got, err, time.Since(start).Round(time.Millisecond), muxBulk("1"))
+			}
+		}
+		if err := direct.ClientUnpause(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []string{muxBulk("1"), ":2\r\n", muxBulk("2"), ":3\r\n"} {
+			if got := w.reply(t); got != want {
+				t.Fatalf("reply %d of the pipeline after the pause: got %q; want %q", i, got, want)
+			}
+		}
+		w.expect(t, muxBulk("3"), "GET", "pp:k")
+		r.expect(t, ":4\r\n", "INCR", "pp:k")
+	})
+}
+
+// TestMuxHeldWriteThenPin: a write held behind a read (see the loop's hold) and a MULTI
+// after it, in one go: the MULTI pins the client, and the held write goes first to its
+// own connection, so every reply comes in order.
+func TestMuxHeldWriteThenPin(t *testing.T) {
+	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+		c := muxDial(t, addr)
+		c.expect(t, muxOK, "SET", "hp:k", "a")
+		c.send(t, muxCmd("GET", "hp:k")+muxCmd("SET", "hp:k", "b")+muxCmd("GET", "hp:k")+
+			muxCmd("MULTI")+muxCmd("APPEND", "hp:k", "c")+muxCmd("EXEC")+muxCmd("GET", "hp:k"))
+		for i, want := range []string{muxBulk("a"), muxOK, muxBulk("b"), muxOK, "+QUEUED\r\n", "*1\r\n:2\r\n", muxBulk("bc")} {
+			if got := c.reply(t); got != want {
+				t.Fatalf("reply %d: got %q; want %q", i, got, want)
+			}
+		}
+	})
+}
+
 // TestMuxClientsShareAuthCheck: a new client is let in on the shared connection only
 // once a connection opened after it came has been let in without AUTH; clients that come
 // together share that check rather than each dialling Redis in turn. Redis holds every
