@@ -302,6 +302,7 @@ type proxyStatser interface {
 type proxyCollector struct {
 	src                              proxyStatser
 	clients, pins, sharedFail, batch *prometheus.Desc
+	outputCuts                       *prometheus.Desc
 }
 
 func newProxyCollector(src proxyStatser) *proxyCollector {
@@ -311,6 +312,7 @@ func newProxyCollector(src proxyStatser) *proxyCollector {
 		pins:       prometheus.NewDesc("hotkeyd_proxy_pins_total", "Clients the proxy tap moved from the shared upstream connection to their own, by reason (command, malformed, too_large, auth).", []string{"reason"}, nil),
 		sharedFail: prometheus.NewDesc("hotkeyd_proxy_shared_failures_total", "Shared upstream connections that failed or could not be opened (Redis down, wanting AUTH, or refusing proxy.upstream_password).", nil, nil),
 		batch:      prometheus.NewDesc("hotkeyd_proxy_sched_batch", "1 while the proxy tap runs hotkeyd's threads as SCHED_BATCH (proxy.sched_policy), 0 otherwise.", nil, nil),
+		outputCuts: prometheus.NewDesc("hotkeyd_proxy_output_cuts_total", "Multiplexed clients the proxy tap disconnected because the replies waiting for them passed Redis's client-output-buffer-limit for normal clients (256 MiB where Redis sets none).", nil, nil),
 	}
 }
 
@@ -319,6 +321,7 @@ func (c *proxyCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.pins
 	ch <- c.sharedFail
 	ch <- c.batch
+	ch <- c.outputCuts
 }
 
 func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
@@ -329,6 +332,7 @@ func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.pins, prometheus.CounterValue, float64(s.Pins[reason]), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(c.sharedFail, prometheus.CounterValue, float64(s.SharedFailures))
+	ch <- prometheus.MustNewConstMetric(c.outputCuts, prometheus.CounterValue, float64(s.OutputCuts))
 	batch := 0.0
 	if s.SchedBatch {
 		batch = 1

@@ -3,10 +3,13 @@
 package sampler
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,8 +50,8 @@ type muxLoop struct {
 	up        [4]loopUpstream // upReads, upWrites, then the same in RESP3
 	in        []byte          // replies read from any
 	noResp3   bool            // Redis refused HELLO 3: no RESP3 pair
-	maxCmd    int64           // the longest command Redis takes (commandLimit)
-	maxKnown  bool            // maxCmd was asked since the loop began or a shared connection last failed
+	limits    redisLimits     // Redis's, asked with CONFIG GET
+	maxKnown  bool            // limits were asked since the loop began or a shared connection last failed
 	clients   map[int]*loopClient
 	throttled bool          // Redis is behind, or draining: clients' commands are not read
 	draining  bool          // Shutdown: owed replies go out, then each client gets a FIN
@@ -168,7 +171,7 @@ func (l *muxLoop) dial(i int) error {
 	if !l.maxKnown {
 		// Asked once per loop, and again after a shared connection failed: Redis may
 		// have restarted with other limits.
-		maxCmd, err := l.p.commandLimit(conn)
+		limits, err := l.p.redisLimits(conn)
 		if err != nil {
 			// The server closed the connection on CONFIG GET, as twemproxy does on a
 			// command it does not know: Redis's defaults stand, on a new connection.
@@ -176,9 +179,9 @@ func (l *muxLoop) dial(i int) error {
 			if conn, err = l.p.openShared(i >= upResp3); err != nil {
 				return err
 			}
-			maxCmd = min(redisProtoMaxBulkLen, redisClientQueryBufLimit)
+			limits = defaultRedisLimits
 		}
-		l.maxCmd, l.maxKnown = maxCmd, true
+		l.limits, l.maxKnown = limits, true
 	}
 	fd, err := takeFD(conn)
 	if err != nil {
@@ -469,7 +472,7 @@ func (l *muxLoop) update(c *loopClient) {
 		op = syscall.EPOLL_CTL_ADD
 	}
 	if err := l.ctl(op, c.fd, want); err != nil {
-		l.p.log.Debug("proxy: register client", "err", err)
+		l.p.log.Debug("proxy: register client", "client", c.addr(), "err", err)
 		l.drop(c)
 		return
 	}
@@ -490,7 +493,7 @@ func (l *muxLoop) readClient(c *loopClient) {
 	case err == syscall.EAGAIN:
 		return
 	case err != nil:
-		l.p.log.Debug("proxy: read client", "err", err)
+		l.p.log.Debug("proxy: read client", "client", c.addr(), "err", err)
 		l.drop(c)
 		return
 	case n == 0:
@@ -506,7 +509,7 @@ func (l *muxLoop) readClient(c *loopClient) {
 
 // parseClient queues for Redis the whole plain commands in what c sent and the parser
 // was fed. Its first other command, bytes that do not parse, or a command larger than
-// its buffer or than Redis takes (maxCmd) pin it. With UpstreamPassword set, so do any
+// its buffer or than Redis takes (limits.maxCmd) pin it. With UpstreamPassword set, so do any
 // command before it authenticated with the configured credentials and an AUTH with other
 // credentials; an AUTH with the configured ones is a plain command (see Proxy). A write
 // behind reads it is owed is held (see hold).
@@ -517,7 +520,7 @@ func (l *muxLoop) parseClient(c *loopClient) {
 	last, held := 0, 0 // in[:last] holds every whole command parsed; in[end:last] held ones (see hold)
 	var pin *atomic.Uint64
 	for pc.nextCommand() {
-		if ps.Offset()-c.base-int64(last) > l.maxCmd {
+		if ps.Offset()-c.base-int64(last) > l.limits.maxCmd {
 			// Redis would refuse it and close the shared connection.
 			pin = &l.p.stats.pinTooLarge
 			pc.sent = 1 + int64(held) // they go to the client's own connection (see below)
@@ -584,7 +587,7 @@ func (l *muxLoop) parseClient(c *loopClient) {
 		pc.sent = int64(held)
 	case pin == nil && c.pending == len(c.in) && last == 0:
 		pin = &l.p.stats.pinTooLarge // a command larger than the buffer
-	case pin == nil && int64(c.pending-last)+ps.bulkRemaining() > min(int64(len(c.in)), l.maxCmd):
+	case pin == nil && int64(c.pending-last)+ps.bulkRemaining() > min(int64(len(c.in)), l.limits.maxCmd):
 		// A bulk string that cannot fit the buffer, or makes the command longer than
 		// Redis takes: pin now rather than once the buffer is full, so that Redis
 		// judges its length at once, as it would on a connection of its own (a length
@@ -612,6 +615,14 @@ func (l *muxLoop) parseClient(c *loopClient) {
 		// sent counts the commands of rest, which its own connection is sent first: those
 		// held, the one that pinned it when parsed, and those sampleRest parses.
 		pin.Add(1)
+		if l.p.log.Enabled(context.Background(), slog.LevelDebug) {
+			var cmd string // the command that pinned it; none for bytes that pin it
+			if pc.sent > int64(held) {
+				cmd = string(ps.Name())
+			}
+			l.p.log.Debug("proxy: client pinned: it gets a connection of its own", "client", c.addr(),
+				"reason", l.p.stats.pinReason(pin), "command", cmd)
+		}
 		pc.sampleRest()
 		c.rest = c.in[:c.pending]
 		c.pinning = true
@@ -658,7 +669,7 @@ func (l *muxLoop) discard(c *loopClient) {
 	switch {
 	case err == syscall.EAGAIN:
 	case err != nil:
-		l.p.log.Debug("proxy: read client", "err", err)
+		l.p.log.Debug("proxy: read client", "client", c.addr(), "err", err)
 		l.drop(c)
 	case n == 0:
 		c.eof = true
@@ -788,7 +799,11 @@ func (l *muxLoop) readUp(i int) {
 }
 
 // deliver writes reply bytes to c, completing replies of them: straight to its socket
-// when it has room, the rest when epoll says it has.
+// when it has room, the rest when epoll says it has. A client that lets more than the
+// output limit (outLimit) wait is disconnected, as Redis disconnects a client of its own
+// past client-output-buffer-limit: its replies would otherwise pile up in the tap's
+// memory, or, with that limit set, in Redis's buffer for the shared connection, which
+// Redis would close with every other client's replies.
 func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 	c.owed -= replies
 	if c.closed {
@@ -797,13 +812,20 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 	if len(c.out) == 0 && len(b) > 0 {
 		n, err := ioRetry(rawWrite, c.fd, b)
 		if err != nil && err != syscall.EAGAIN {
-			l.p.log.Debug("proxy: write client", "err", err)
+			l.p.log.Debug("proxy: write client", "client", c.addr(), "err", err)
 			l.drop(c)
 			return
 		}
 		b = b[max(n, 0):]
 	}
 	if len(b) > 0 {
+		if limit, redis := l.outLimit(); int64(len(c.out)+len(b)) > limit {
+			l.p.stats.outputCuts.Add(1)
+			l.p.log.Warn("proxy: client disconnected: it reads its replies slower than Redis sends them, and those waiting passed the output limit",
+				"client", c.addr(), "limit_bytes", limit, "limit", redis, "replies_owed", c.owed)
+			l.drop(c)
+			return
+		}
 		c.out = append(c.out, b...)
 		l.update(c)
 	}
@@ -811,6 +833,18 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 		l.release(c) // after the replies that free it
 	}
 	l.settle(c)
+}
+
+// addr returns the client's address, for logs.
+func (c *loopClient) addr() net.Addr { return c.pc.client.RemoteAddr() }
+
+// outLimit returns the most reply bytes the loop holds for one client, and where the
+// limit comes from.
+func (l *muxLoop) outLimit() (limit int64, from string) {
+	if l.limits.maxOut > 0 {
+		return l.limits.maxOut, "Redis's client-output-buffer-limit normal"
+	}
+	return DefaultProxyMaxClientOutput, "hotkeyd's default (Redis sets none)"
 }
 
 // flushClient writes what c's socket had no room for.
@@ -847,7 +881,7 @@ func (l *muxLoop) settle(c *loopClient) {
 		c.fin = true
 		acked := sendQueue(c.fd) == 0 // every byte it was sent reached it
 		if err := syscall.Shutdown(c.fd, syscall.SHUT_WR); err != nil {
-			l.p.log.Debug("proxy: end a client's connection", "err", err)
+			l.p.log.Debug("proxy: end a client's connection", "client", c.addr(), "err", err)
 			l.drop(c)
 			return
 		}
@@ -942,6 +976,7 @@ func (l *muxLoop) upFailed(i int, err error) {
 	l.failed = append(l.failed, u.fd)
 	u.fd = -1
 	dropped := 0
+	var named []string // the first few, for the log
 	for {
 		e, ok := u.queue.front()
 		if !ok {
@@ -949,12 +984,15 @@ func (l *muxLoop) upFailed(i int, err error) {
 		}
 		if !e.c.closed {
 			dropped++
+			if len(named) < 8 {
+				named = append(named, e.c.addr().String())
+			}
 		}
 		l.drop(e.c)
 		u.queue.pop()
 	}
 	l.p.log.Warn("proxy: shared upstream connection failed; the clients owed replies on it are disconnected",
-		"upstream", l.p.upstream, "conn", upNames[i], "clients", dropped, "err", err)
+		"upstream", l.p.upstream, "conn", upNames[i], "clients", dropped, "first_clients", strings.Join(named, ","), "err", err)
 	u.out = u.out[:0]
 	u.scan, u.push = replyScanner{}, false
 	l.throttle()

@@ -166,7 +166,7 @@ func (p *Proxy) sharedFailedLocked(err error) {
 	p.stats.sharedFailures.Add(1)
 	p.muxRetryAt = time.Now().Add(p.muxRetry)
 	p.sharedDown = true
-	p.log.Warn("proxy: cannot open a shared upstream connection; until the retry, each new client gets a connection of its own (which fails too while the upstream is down)",
+	p.log.Warn("proxy: cannot open a shared upstream connection; until the retry, each new client gets a connection of its own (with the upstream down, that fails too; with a Redis that wants AUTH the tap lacks, each client authenticates there itself)",
 		"upstream", p.upstream, "err", err, "retry_in", p.muxRetry)
 }
 
@@ -232,62 +232,111 @@ func (p *Proxy) openShared(resp3 bool) (net.Conn, error) {
 	return conn, nil
 }
 
-// Redis's defaults for the limits commandLimit asks for.
+// Redis's defaults for the limits redisLimits asks for.
 const (
 	redisProtoMaxBulkLen     = 512 << 20 // proto-max-bulk-len
 	redisClientQueryBufLimit = 1 << 30   // client-query-buffer-limit
 )
 
-// commandLimit asks Redis on conn, a new shared connection, for the longest command it
-// takes from a client: the lower of proto-max-bulk-len (a longer bulk string is a
-// protocol error) and client-query-buffer-limit (a longer query buffer makes Redis close
-// the connection). Either ends the connection the command came on, and with it, on a
-// shared connection, every other client's commands queued after it, so the loop pins a
-// client whose command is longer. Where CONFIG GET is refused (renamed, or denied by an
-// ACL) Redis's defaults stand, which no command within BufferSize reaches. An error
-// only when conn fails, which is what a server that closes a connection on a command it
-// does not know (twemproxy) does.
-func (p *Proxy) commandLimit(conn net.Conn) (int64, error) {
+// DefaultProxyMaxClientOutput is the most reply bytes the proxy tap holds for one
+// multiplexed client that reads them slower than Redis sends them, where Redis sets no
+// hard limit of its own for normal clients (client-output-buffer-limit normal 0, its
+// default): a client past it is disconnected, as Redis disconnects a client past that
+// limit.
+const DefaultProxyMaxClientOutput = 256 << 20
+
+// redisLimits are the limits of Redis that the loop applies to its clients.
+type redisLimits struct {
+	// maxCmd is the longest command Redis takes from a client: the lower of
+	// proto-max-bulk-len (a longer bulk string is a protocol error) and
+	// client-query-buffer-limit (a longer query buffer makes Redis close the connection).
+	// Either ends the connection the command came on, and with it, on a shared
+	// connection, every other client's commands queued after it, so the loop pins a
+	// client whose command is longer.
+	maxCmd int64
+	// maxOut is the hard limit of client-output-buffer-limit for normal clients, 0 for
+	// none. Redis applies it to a shared connection as a whole; the loop applies it to
+	// each client's replies it holds (see deliver).
+	maxOut int64
+}
+
+// defaultRedisLimits are Redis's defaults.
+var defaultRedisLimits = redisLimits{maxCmd: min(redisProtoMaxBulkLen, redisClientQueryBufLimit)}
+
+// redisLimits asks Redis on conn, a new shared connection, for its limits. Where CONFIG
+// GET is refused (renamed, or denied by an ACL) Redis's defaults stand, which no command
+// within BufferSize reaches. An error only when conn fails, which is what a server that
+// closes a connection on a command it does not know (twemproxy) does.
+func (p *Proxy) redisLimits(conn net.Conn) (redisLimits, error) {
 	_ = conn.SetDeadline(time.Now().Add(p.dialer.Timeout))
-	limit := int64(math.MaxInt64)
+	lim := redisLimits{maxCmd: math.MaxInt64}
 	for _, param := range [...]struct {
 		name string
 		def  int64
 	}{
 		{"proto-max-bulk-len", redisProtoMaxBulkLen},
 		{"client-query-buffer-limit", redisClientQueryBufLimit},
+		{"client-output-buffer-limit", 0},
 	} {
 		reply, err := roundTrip(conn, "CONFIG GET", encodeCommand("CONFIG", "GET", param.name))
 		if err != nil {
-			return 0, err
+			return redisLimits{}, err
+		}
+		if param.name == "client-output-buffer-limit" {
+			s, _ := configString(reply)
+			lim.maxOut, _ = normalHardLimit(s) // 0, none, when not given
+			continue
 		}
 		v, ok := configValue(reply)
 		if !ok {
 			v = param.def
 		}
-		limit = min(limit, v)
+		lim.maxCmd = min(lim.maxCmd, v)
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return limit, nil
+	return lim, nil
 }
 
-// configValue returns the value in a reply to a CONFIG GET of one parameter, an array
-// (RESP2) or a map (RESP3) of its name and its value; ok is false for an error, an empty
-// reply (no such parameter) or a value that is not a positive integer.
-func configValue(reply []byte) (v int64, ok bool) {
+// configString returns the value in a reply to a CONFIG GET of one parameter, an array
+// (RESP2) or a map (RESP3) of its name and its value; ok is false for an error or an
+// empty reply (no such parameter).
+func configString(reply []byte) (v string, ok bool) {
 	if len(reply) == 0 || reply[0] != '*' && reply[0] != '%' {
-		return 0, false
+		return "", false
 	}
 	body, ok := bytes.CutSuffix(reply, []byte("\r\n"))
 	i := bytes.LastIndex(body, []byte("\r\n"))
 	if !ok || i < 0 {
+		return "", false
+	}
+	return string(body[i+2:]), true
+}
+
+// configValue is configString's value as a positive integer; ok is false for any other.
+func configValue(reply []byte) (v int64, ok bool) {
+	s, ok := configString(reply)
+	if !ok {
 		return 0, false
 	}
-	v, err := strconv.ParseInt(string(body[i+2:]), 10, 64)
+	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || v <= 0 {
 		return 0, false
 	}
 	return v, true
+}
+
+// normalHardLimit returns the hard limit of the normal class in a value of
+// client-output-buffer-limit ("normal 0 0 0 replica 268435456 67108864 60 pubsub …", in
+// bytes as CONFIG GET gives it); ok is false when it holds none.
+func normalHardLimit(v string) (limit int64, ok bool) {
+	f := strings.Fields(v)
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "normal" {
+			n, err := strconv.ParseInt(f[i+1], 10, 64)
+			return n, err == nil && n >= 0
+		}
+	}
+	return 0, false
 }
 
 // helloResp3 is HELLO 3, which switches a connection to RESP3.

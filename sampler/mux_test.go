@@ -1794,3 +1794,103 @@ func pauseWrites(t *testing.T, ctx context.Context, direct *redis.Client) (unpau
 		})
 	}
 }
+
+// TestMuxSlowReaderCut: a multiplexed client that sends GETs of a large value and never
+// reads the replies is disconnected once those waiting for it pass Redis's hard limit
+// for normal clients (client-output-buffer-limit), as Redis would disconnect it on a
+// connection of its own, rather than piling them up in the tap's memory. The shared
+// connection stays up: another client is answered throughout and after. The warning
+// names the client and the limit.
+func TestMuxSlowReaderCut(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	const limit = 1 << 20
+	if err := direct.ConfigSet(ctx, "client-output-buffer-limit", fmt.Sprintf("normal %d 0 0", limit)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	value := strings.Repeat("v", 256<<10)
+	if err := direct.Set(ctx, "slow:big", value, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var logs logbuf.Buffer
+	p := startProxy(t, sampler.ProxyOptions{
+		Upstream: srv.Addr(), Sink: newRecordSink(), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	addr := p.Addr().String()
+	fast := muxDial(t, addr)
+	fast.expect(t, muxOK, "SET", "slow:small", "s")
+
+	// The slow client: a small receive buffer, and it never reads.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	slow, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	// One GET at a time, so that each reply is far below Redis's limit on the shared
+	// connection, which the tap drains at once: only the tap holds them.
+	sent := 0
+	for ; sent < 200 && p.Stats().OutputCuts == 0; sent++ {
+		if _, err := io.WriteString(slow, muxCmd("GET", "slow:big")); err != nil {
+			break // cut: the tap closed it
+		}
+		fast.expect(t, muxBulk("s"), "GET", "slow:small")
+	}
+	waitFor(t, "the slow client to be cut", func() bool { return p.Stats().OutputCuts == 1 })
+	t.Logf("cut after %d GETs of %d KiB", sent, len(value)>>10)
+	if sent*len(value) < limit {
+		t.Errorf("cut after %d GETs of %d bytes; want more than the limit, %d bytes, sent", sent, len(value), limit)
+	}
+	_ = slow.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, slow); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("reading the slow client's connection to its end: %v; want its end (EOF or reset)", err)
+	}
+	fast.expect(t, muxBulk("s"), "GET", "slow:small")
+	if s := p.Stats(); s.SharedFailures != 0 {
+		t.Errorf("shared connection failures: %d; want 0: Redis must not have closed it", s.SharedFailures)
+	}
+	log := logs.String()
+	for _, want := range []string{"client disconnected", "client=" + slow.LocalAddr().String(), fmt.Sprintf("limit_bytes=%d", limit), "client-output-buffer-limit normal"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+}
+
+// TestMuxPinLogged: at debug level each pin is logged with the client's address, the
+// reason and the command, so that an operator can tell which app keeps its own
+// connection and why.
+func TestMuxPinLogged(t *testing.T) {
+	srv := redistest.Start(t)
+	var logs logbuf.Buffer
+	p := startProxy(t, sampler.ProxyOptions{
+		Upstream: srv.Addr(), Sink: newRecordSink(),
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	c := muxDial(t, p.Addr().String())
+	c.expect(t, muxOK, "SET", "pl:k", "v")
+	c.expect(t, muxOK, "MULTI")
+	c.expect(t, "+QUEUED\r\n", "GET", "pl:k")
+	c.expect(t, "*1\r\n"+muxBulk("v"), "EXEC")
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "client pinned") {
+			line = l
+		}
+	}
+	for _, want := range []string{"level=DEBUG", "client=" + c.LocalAddr().String(), "reason=command", "command=MULTI"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("pin log line %q lacks %q; log:\n%s", line, want, logs.String())
+		}
+	}
+}

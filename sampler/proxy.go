@@ -273,6 +273,9 @@ type ProxyStats struct {
 	// SharedFailures counts shared upstream connections that failed or could not be
 	// opened (Redis down, wanting AUTH, or refusing the configured credentials).
 	SharedFailures uint64
+	// OutputCuts counts multiplexed clients disconnected because the replies waiting
+	// for them passed the output limit (see DefaultProxyMaxClientOutput).
+	OutputCuts uint64
 	// SchedBatch reports whether the proxy runs the process's threads as SCHED_BATCH
 	// now (ProxyOptions.SchedPolicy).
 	SchedBatch bool
@@ -290,10 +293,23 @@ type proxyCounters struct {
 	shared, own                           atomic.Int64
 	pinCommand, pinMalformed, pinTooLarge atomic.Uint64
 	pinAuth                               atomic.Uint64
-	sharedFailures                        atomic.Uint64
+	sharedFailures, outputCuts            atomic.Uint64
 	reads, deepReads                      atomic.Uint64 // for SchedAuto: see countRead
 	schedBatch                            atomic.Bool
 	schedIdle                             idleGate // SchedAuto's check sleeps: see sleepUntilRead
+}
+
+// pinReason names the reason a pin counter counts, as ProxyStats.Pins does.
+func (s *proxyCounters) pinReason(pin *atomic.Uint64) string {
+	switch pin {
+	case &s.pinMalformed:
+		return PinMalformed
+	case &s.pinTooLarge:
+		return PinTooLarge
+	case &s.pinAuth:
+		return PinAuth
+	}
+	return PinCommand
 }
 
 // Stats returns the proxy's counters now.
@@ -309,6 +325,7 @@ func (p *Proxy) Stats() ProxyStats {
 			PinAuth:      s.pinAuth.Load(),
 		},
 		SharedFailures: s.sharedFailures.Load(),
+		OutputCuts:     s.outputCuts.Load(),
 		SchedBatch:     s.schedBatch.Load(),
 	}
 }

@@ -254,6 +254,27 @@ func TestConfigValue(t *testing.T) {
 	}
 }
 
+func TestNormalHardLimit(t *testing.T) {
+	tests := []struct {
+		v     string
+		limit int64
+		ok    bool
+	}{
+		{"normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60", 0, true},
+		{"normal 67108864 33554432 10 replica 268435456 67108864 60 pubsub 33554432 8388608 60", 67108864, true},
+		{"replica 268435456 67108864 60 pubsub 33554432 8388608 60 normal 1048576 0 0", 1048576, true},
+		{"replica 268435456 67108864 60", 0, false},
+		{"normal", 0, false},
+		{"normal x 0 0", 0, false},
+		{"", 0, false},
+	}
+	for _, tt := range tests {
+		if limit, ok := normalHardLimit(tt.v); limit != tt.limit || ok != tt.ok {
+			t.Errorf("normalHardLimit(%q): got %d, %v; want %d, %v", tt.v, limit, ok, tt.limit, tt.ok)
+		}
+	}
+}
+
 // TestReplyCounter: replyCounter counts replies, not RESP3 pushes, across chunks split
 // anywhere, and stops after the reply that reaches its limit.
 func TestReplyCounter(t *testing.T) {
