@@ -1277,82 +1277,57 @@ func TestMuxHalfClose(t *testing.T) {
 	})
 }
 
-// TestMuxPauseWrite pauses writes: a client's SET waits, and another client's GET must
-// still be answered at once, as it is on a connection of its own.
+// TestMuxPauseWrite pauses writes: a client's write waits, and another client's GET must
+// still be answered at once, as it is on a connection of its own; also when the write
+// was pipelined behind reads, which would otherwise take it onto the shared reads
+// connection and hold every client's reads behind it. The writer's replies come in order
+// once the pause ends, and commands it sent behind the write run after it.
 func TestMuxPauseWrite(t *testing.T) {
-	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
-		direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-		defer direct.Close()
-		ctx := context.Background()
-		w, r := muxDial(t, addr), muxDial(t, addr)
-		w.expect(t, muxOK, "SET", "pause:k", "before")
-		r.expect(t, muxBulk("before"), "GET", "pause:k")
-		if err := direct.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
-			t.Fatal(err)
-		}
-		defer direct.ClientUnpause(ctx)
-		w.send(t, muxCmd("SET", "pause:k", "after"))
-		waitFor(t, "SET to wait for the pause", func() bool {
-			list, err := direct.ClientList(ctx).Result()
-			return err == nil && strings.Contains(list, "cmd=set")
+	tests := []struct {
+		name    string
+		send    string   // the writer's commands, in one write, while writes are paused
+		waits   string   // the command Redis holds (CLIENT LIST's cmd=)
+		replies []string // the writer's replies after the pause
+	}{
+		{"write", muxCmd("SET", "pause:k", "2"), "set", []string{muxOK}},
+		{"write behind reads",
+			muxCmd("GET", "pause:k") + muxCmd("INCR", "pause:k") + muxCmd("GET", "pause:k") + muxCmd("INCR", "pause:k"),
+			"incr", []string{muxBulk("1"), ":2\r\n", muxBulk("2"), ":3\r\n"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
+				direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+				defer direct.Close()
+				ctx := context.Background()
+				w, r := muxDial(t, addr), muxDial(t, addr)
+				w.expect(t, muxOK, "SET", "pause:k", "1")
+				r.expect(t, muxBulk("1"), "GET", "pause:k")
+				unpause := pauseWrites(t, ctx, direct)
+				defer unpause()
+				w.send(t, tt.send)
+				waitFor(t, tt.waits+" to wait for the pause", func() bool {
+					list, err := direct.ClientList(ctx).Result()
+					return err == nil && strings.Contains(list, "cmd="+tt.waits)
+				})
+				_ = r.SetDeadline(time.Now().Add(5 * time.Second))
+				start := time.Now()
+				for i := range 3 {
+					r.send(t, muxCmd("GET", "pause:k"))
+					if got, err := muxReadReply(r.r); got != muxBulk("1") {
+						t.Fatalf("GET %d while another client's %s waits for the pause: got %q, %v after %v; want %q at once",
+							i, tt.waits, got, err, time.Since(start).Round(time.Millisecond), muxBulk("1"))
+					}
+				}
+				unpause()
+				for i, want := range tt.replies {
+					if got := w.reply(t); got != want {
+						t.Fatalf("writer's reply %d after the pause: got %q; want %q", i, got, want)
+					}
+				}
+			})
 		})
-		_ = r.SetDeadline(time.Now().Add(5 * time.Second))
-		r.send(t, muxCmd("GET", "pause:k"))
-		got, err := muxReadReply(r.r)
-		if got != muxBulk("before") {
-			t.Errorf("GET while writes are paused and another client's SET waits: got %q, %v; want %q at once", got, err, muxBulk("before"))
-		}
-		if err := direct.ClientUnpause(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if got := w.reply(t); got != muxOK {
-			t.Fatalf("SET after the pause: got %q; want +OK", got)
-		}
-	})
-}
-
-// TestMuxPauseWritePipelined: a client that sends a read and a write in one go, while
-// writes are paused, holds back only its own write: other clients' reads are answered
-// at once, as on connections of their own (its write would otherwise ride the shared
-// reads connection and hold them all behind it). Its replies come in order once the
-// pause ends, and commands it sent behind the write run after it.
-func TestMuxPauseWritePipelined(t *testing.T) {
-	forMuxModes(t, 0, func(t *testing.T, srv *redistest.Server, addr string) {
-		direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-		defer direct.Close()
-		ctx := context.Background()
-		w, r := muxDial(t, addr), muxDial(t, addr)
-		w.expect(t, muxOK, "SET", "pp:k", "1")
-		r.expect(t, muxBulk("1"), "GET", "pp:k")
-		if err := direct.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
-			t.Fatal(err)
-		}
-		defer direct.ClientUnpause(ctx)
-		w.send(t, muxCmd("GET", "pp:k")+muxCmd("INCR", "pp:k")+muxCmd("GET", "pp:k")+muxCmd("INCR", "pp:k"))
-		waitFor(t, "INCR to wait for the pause", func() bool {
-			list, err := direct.ClientList(ctx).Result()
-			return err == nil && strings.Contains(list, "cmd=incr")
-		})
-		_ = r.SetDeadline(time.Now().Add(5 * time.Second))
-		start := time.Now()
-		for i := range 3 {
-			r.send(t, muxCmd("GET", "pp:k"))
-			if got, err := muxReadReply(r.r); got != muxBulk("1") {
-				t.Fatalf("GET %d while another client's pipelined INCR waits for the pause: got %q, %v after %v; want %q at once",
-					i, got, err, time.Since(start).Round(time.Millisecond), muxBulk("1"))
-			}
-		}
-		if err := direct.ClientUnpause(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		for i, want := range []string{muxBulk("1"), ":2\r\n", muxBulk("2"), ":3\r\n"} {
-			if got := w.reply(t); got != want {
-				t.Fatalf("reply %d of the pipeline after the pause: got %q; want %q", i, got, want)
-			}
-		}
-		w.expect(t, muxBulk("3"), "GET", "pp:k")
-		r.expect(t, ":4\r\n", "INCR", "pp:k")
-	})
+	}
 }
 
 // TestMuxHeldWriteThenPin: a write held behind a read (see the loop's hold) and a MULTI
