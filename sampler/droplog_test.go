@@ -82,10 +82,16 @@ func TestUDPDropsLogged(t *testing.T) {
 		conn.Write(bad)
 	}
 	// A reader counts a drop before it logs it.
-	udpWaitFor(t, "40 drops and a line", func() bool { return sink.drops.Load() == 40 && len(logLines(&buf, "dropped")) > 0 })
-	lines := logLines(&buf, "dropped")
+	udpWaitFor(t, "40 drops and their lines", func() bool {
+		return sink.drops.Load() == 40 && len(logLines(&buf, "dropped")) == 40
+	})
+	lines := logLines(&buf, "level=WARN.*dropped")
 	if len(lines) != 1 {
-		t.Fatalf("after 40 malformed datagrams, log lines %q; want 1", lines)
+		t.Fatalf("after 40 malformed datagrams, warn lines %q; want 1", lines)
+	}
+	// At debug level every other drop has a line of its own.
+	if debug := logLines(&buf, "level=DEBUG.*dropped.*op byte 0x09"); len(debug) != 39 {
+		t.Errorf("after 40 malformed datagrams, %d debug lines; want 39, one for each drop not warned of", len(debug))
 	}
 	for _, want := range []string{"level=WARN", "transport=udp", "reason=malformed", "from=" + from, "source=py", "op byte 0x09", "unlogged=0"} {
 		if !strings.Contains(lines[0], want) {
@@ -97,8 +103,8 @@ func TestUDPDropsLogged(t *testing.T) {
 	udpWaitFor(t, "41 drops", func() bool { return sink.drops.Load() == 41 })
 	clk.add(time.Second)
 	conn.Write([]byte("GET / HTTP/1.1\r\n"))
-	udpWaitFor(t, "42 drops and a second line", func() bool { return sink.drops.Load() == 42 && len(logLines(&buf, "dropped")) > 1 })
-	lines = logLines(&buf, "dropped")
+	udpWaitFor(t, "42 drops and a second line", func() bool { return sink.drops.Load() == 42 && len(logLines(&buf, "level=WARN.*dropped")) > 1 })
+	lines = logLines(&buf, "level=WARN.*dropped")
 	if len(lines) != 2 {
 		t.Fatalf("a minute after the first line, log lines %q; want 2", lines)
 	}
@@ -112,9 +118,15 @@ func TestUDPDropsLogged(t *testing.T) {
 // TestHTTPDropsLogged: as TestUDPDropsLogged, for POST /v1/samples, with the remote
 // address.
 func TestHTTPDropsLogged(t *testing.T) {
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		t.Run(level.String(), func(t *testing.T) { testHTTPDropsLogged(t, level) })
+	}
+}
+
+func testHTTPDropsLogged(t *testing.T, level slog.Level) {
 	var buf logbuf.Buffer
 	sink := &jsonTestSink{}
-	h := HTTPHandler(sink, HTTPOptions{Logger: debugLogger(&buf)})
+	h := HTTPHandler(sink, HTTPOptions{Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))})
 	clk := newTestClock()
 	h.(*httpHandler).dropLog.now = clk.now
 	post := func(body string) int {
@@ -133,9 +145,16 @@ func TestHTTPDropsLogged(t *testing.T) {
 	for range 40 {
 		post(`{"source":"sh","samples":[{"key":"k","op":"delete"}]}`)
 	}
-	lines := logLines(&buf, "dropped")
+	lines := logLines(&buf, "level=WARN.*dropped")
 	if len(lines) != 1 {
-		t.Fatalf("after 40 malformed reports, log lines %q; want 1", lines)
+		t.Fatalf("after 40 malformed reports, warn lines %q; want 1", lines)
+	}
+	wantDebug := 0
+	if level == slog.LevelDebug {
+		wantDebug = 39 // every drop not warned of
+	}
+	if debug := logLines(&buf, "level=DEBUG.*dropped.*transport=http"); len(debug) != wantDebug {
+		t.Errorf("after 40 malformed reports at level %v, %d debug lines; want %d", level, len(debug), wantDebug)
 	}
 	for _, want := range []string{"level=WARN", "transport=http", "reason=malformed", "from=192.0.2.7:4711", "source=sh", `samples[0].op: \"delete\" is not allowed`, "unlogged=0"} {
 		if !strings.Contains(lines[0], want) {
@@ -144,7 +163,7 @@ func TestHTTPDropsLogged(t *testing.T) {
 	}
 	clk.add(time.Minute)
 	post(`{"samples":[]}`)
-	if lines = logLines(&buf, "dropped"); len(lines) != 2 || !strings.Contains(lines[1], "unlogged=39") || !strings.Contains(lines[1], "source=unknown") {
+	if lines = logLines(&buf, "level=WARN.*dropped"); len(lines) != 2 || !strings.Contains(lines[1], "unlogged=39") || !strings.Contains(lines[1], "source=unknown") {
 		t.Errorf("a minute later, log lines %q; want a second one with source=unknown unlogged=39", lines)
 	}
 }
@@ -221,7 +240,7 @@ func TestUDPTooManySamplesLogged(t *testing.T) {
 	udpWaitFor(t, "3 samples, a drop and a line", func() bool {
 		sink.mu.Lock()
 		defer sink.mu.Unlock()
-		return len(sink.samples) == 3 && len(sink.drops) == 1 && len(logLines(&buf, "dropped")) == 1
+		return len(sink.samples) == 3 && len(sink.drops) == 1 && len(logLines(&buf, "level=WARN.*dropped")) == 1
 	})
 	sink.mu.Lock()
 	drops := strings.Join(sink.drops, ",")
@@ -229,7 +248,7 @@ func TestUDPTooManySamplesLogged(t *testing.T) {
 	if drops != "py too_large 4" {
 		t.Errorf("dropped %q; want %q, the datagram's 4 samples", drops, "py too_large 4")
 	}
-	line := logLines(&buf, "dropped")[0]
+	line := logLines(&buf, "level=WARN.*dropped")[0]
 	for _, want := range []string{"level=WARN", "transport=udp", "reason=too_large", "source=py", "4 samples", "at most 3", "limits.max_samples_per_report"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("log line %q lacks %q", line, want)

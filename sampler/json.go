@@ -434,7 +434,8 @@ type HTTPOptions struct {
 	// Logger receives, at warn level, the first report refused as malformed or too
 	// large, with the client's address (Request.RemoteAddr), the source when it had been
 	// read, and the error; then at most one such line a minute, with the number of
-	// reports refused since the line before. Default: none.
+	// reports refused since the line before. With its debug level on, every other
+	// refused report is logged at debug level. Default: none.
 	Logger *slog.Logger
 }
 
@@ -501,8 +502,8 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // refuse answers a report it does not take with status and err, and counts and logs it.
 func (h *httpHandler) refuse(w http.ResponseWriter, r *http.Request, status int, source, reason string, err error) {
 	h.sink.Drop(source, reason, 1)
-	if unlogged, ok := h.dropLog.due(); ok {
-		h.dropLog.warn(unlogged, r.RemoteAddr, source, reason, err)
+	if line, ok := h.dropLog.due(); ok {
+		h.dropLog.warn(line, r.RemoteAddr, source, reason, err)
 	}
 	WriteJSONError(w, status, err.Error())
 }

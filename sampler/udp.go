@@ -42,7 +42,8 @@ type UDPOptions struct {
 	// Logger receives, at warn level, the first datagram dropped as malformed, too large
 	// (in bytes or in samples) or without the token, with the sender's address, the source when the header got
 	// that far, and why; then at most one such line a minute, with the number of
-	// datagrams dropped since the line before. Default: none.
+	// datagrams dropped since the line before. With its debug level on, every other
+	// dropped datagram is logged at debug level. Default: none.
 	Logger *slog.Logger
 }
 
@@ -219,22 +220,22 @@ func (s *UDPServer) read() {
 				reason = DropTooLarge
 			}
 			s.sink.Drop(src, reason, 1)
-			if unlogged, ok := s.dropLog.due(); ok {
-				s.dropLog.warn(unlogged, from, src, reason, err)
+			if line, ok := s.dropLog.due(); ok {
+				s.dropLog.warn(line, from, src, reason, err)
 			}
 			continue
 		}
 		if s.token != nil && subtle.ConstantTimeCompare(token, s.token) != 1 {
 			s.sink.Drop(b.Source, DropAuth, max(len(b.Samples), 1))
-			if unlogged, ok := s.dropLog.due(); ok {
-				s.dropLog.warn(unlogged, from, b.Source, DropAuth, tokenError(token))
+			if line, ok := s.dropLog.due(); ok {
+				s.dropLog.warn(line, from, b.Source, DropAuth, tokenError(token))
 			}
 			continue
 		}
 		if len(b.Samples) > s.maxSamples {
 			s.sink.Drop(b.Source, DropTooLarge, len(b.Samples))
-			if unlogged, ok := s.dropLog.due(); ok {
-				s.dropLog.warn(unlogged, from, b.Source, DropTooLarge, fmt.Errorf(
+			if line, ok := s.dropLog.due(); ok {
+				s.dropLog.warn(line, from, b.Source, DropTooLarge, fmt.Errorf(
 					"report: %s samples; send at most %s per datagram (limits.max_samples_per_report)",
 					group(len(b.Samples)), group(s.maxSamples)))
 			}
@@ -253,43 +254,59 @@ func tokenError(token []byte) error {
 }
 
 // dropLog logs reports a transport drops: the first at once, then at most one line a
-// minute, each with the number dropped since the line before and not logged. It costs
-// nothing until a report is dropped, and then a clock read and two atomic operations when
-// it does not log, so a flood of garbage logs a line a minute. Safe for concurrent use.
+// minute at warn level, each with the number dropped since the line before and not
+// logged there. It costs nothing until a report is dropped, and then a clock read and
+// two atomic operations when it does not log, so a flood of garbage logs a line a minute.
+// At debug level (asked for while writing a sender) every other drop has a debug line
+// of its own. Safe for concurrent use.
 type dropLog struct {
 	log       *slog.Logger // nil: log nothing
 	transport string       // "udp" or "http", in each line
+	debug     bool         // log's debug level is on
 	now       func() time.Time
 	next      atomic.Int64 // Unix nanoseconds before which no line is logged
 	unlogged  atomic.Int64 // reports dropped since the last line and not logged
 }
 
-// dropLogEvery is the least time between two lines of a dropLog.
+// dropLogEvery is the least time between two warn lines of a dropLog.
 const dropLogEvery = time.Minute
 
 func newDropLog(log *slog.Logger, transport string) dropLog {
-	return dropLog{log: log, transport: transport, now: time.Now}
+	return dropLog{log: log, transport: transport, now: time.Now,
+		debug: log != nil && log.Enabled(context.Background(), slog.LevelDebug)}
 }
 
-// due records a dropped report and reports whether to log it, with the number of reports
-// dropped since the last line and not logged. The caller then calls warn; building the
-// line's values only then keeps the drops that are not logged free of allocations.
-func (d *dropLog) due() (unlogged int64, ok bool) {
+// dropLine is a line a dropLog is due to write: at warn level, with the number of reports
+// dropped since the last such line and not logged at warn, or at debug level.
+type dropLine struct {
+	unlogged int64
+	debug    bool
+}
+
+// due records a dropped report and reports whether to log it. The caller then calls
+// warn; building the line's values only then keeps the drops that are not logged free of
+// allocations.
+func (d *dropLog) due() (line dropLine, ok bool) {
 	if d.log == nil {
-		return 0, false
+		return dropLine{}, false
 	}
 	now := d.now().UnixNano()
 	next := d.next.Load()
 	if now < next || !d.next.CompareAndSwap(next, now+int64(dropLogEvery)) {
 		d.unlogged.Add(1) // logged less than a minute ago, or another reader logs now
-		return 0, false
+		return dropLine{debug: true}, d.debug
 	}
-	return d.unlogged.Swap(0), true
+	return dropLine{unlogged: d.unlogged.Swap(0)}, true
 }
 
 // warn logs a dropped report: from is the sender's address, source its source ("unknown"
 // when not read), reason one of the Drop… reasons, err why.
-func (d *dropLog) warn(unlogged int64, from any, source, reason string, err error) {
+func (d *dropLog) warn(line dropLine, from any, source, reason string, err error) {
+	if line.debug {
+		d.log.Debug("sample report dropped", "transport", d.transport, "reason", reason, "from", from,
+			"source", source, "err", err)
+		return
+	}
 	d.log.Warn("sample report dropped", "transport", d.transport, "reason", reason, "from", from,
-		"source", source, "err", err, "unlogged", unlogged)
+		"source", source, "err", err, "unlogged", line.unlogged)
 }
