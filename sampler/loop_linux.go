@@ -31,8 +31,9 @@ import (
 // failover) holds back only writes, as it would on direct connections, and not every
 // read queued behind it. A client's commands go to the connection its first command
 // picks, and stay there while it is owed replies: its commands never overtake one
-// another. A write it sends behind reads waits for their replies (see hold). A client that opens with HELLO 3 (go-redis v9, Lettuce) moves to the RESP3
-// pair, whose HELLO answers it; a Redis without RESP3 pins such a client instead.
+// another. A write it sends behind reads waits for their replies (see hold). A client
+// that opens with HELLO 3 (go-redis v9, Lettuce) moves to the RESP3 pair, whose HELLO
+// answers it; a Redis without RESP3 pins such a client instead.
 type muxLoop struct {
 	p      *Proxy
 	epfd   int
@@ -509,10 +510,10 @@ func (l *muxLoop) readClient(c *loopClient) {
 
 // parseClient queues for Redis the whole plain commands in what c sent and the parser
 // was fed. Its first other command, bytes that do not parse, or a command larger than
-// its buffer or than Redis takes (limits.maxCmd) pin it. With UpstreamPassword set, so do any
-// command before it authenticated with the configured credentials and an AUTH with other
-// credentials; an AUTH with the configured ones is a plain command (see Proxy). A write
-// behind reads it is owed is held (see hold).
+// its buffer or than Redis takes (limits.maxCmd) pin it. With UpstreamPassword set, so
+// do any command before it authenticated with the configured credentials and an AUTH
+// with other credentials; an AUTH with the configured ones is a plain command (see
+// Proxy). A write behind reads it is owed is held (see hold).
 func (l *muxLoop) parseClient(c *loopClient) {
 	pc := c.pc
 	ps := pc.parser
@@ -985,7 +986,7 @@ func (l *muxLoop) upFailed(i int, err error) {
 		if !e.c.closed {
 			dropped++
 			if len(named) < 8 {
-				named = append(named, e.c.addr().String())
+				named = append(named, fmt.Sprint(e.c.addr()))
 			}
 		}
 		l.drop(e.c)
