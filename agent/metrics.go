@@ -302,17 +302,18 @@ type proxyStatser interface {
 type proxyCollector struct {
 	src                              proxyStatser
 	clients, pins, sharedFail, batch *prometheus.Desc
-	outputCuts                       *prometheus.Desc
+	outputCuts, outputBytes          *prometheus.Desc
 }
 
 func newProxyCollector(src proxyStatser) *proxyCollector {
 	return &proxyCollector{
-		src:        src,
-		clients:    prometheus.NewDesc("hotkeyd_proxy_clients", "Clients of the proxy tap now, by upstream connection: shared (multiplexed) or own.", []string{"conn"}, nil),
-		pins:       prometheus.NewDesc("hotkeyd_proxy_pins_total", "Clients the proxy tap moved from the shared upstream connection to their own, by reason (command, malformed, too_large, auth).", []string{"reason"}, nil),
-		sharedFail: prometheus.NewDesc("hotkeyd_proxy_shared_failures_total", "Shared upstream connections that failed or could not be opened (Redis down, wanting AUTH, or refusing proxy.upstream_password).", nil, nil),
-		batch:      prometheus.NewDesc("hotkeyd_proxy_sched_batch", "1 while the proxy tap runs hotkeyd's threads as SCHED_BATCH (proxy.sched_policy), 0 otherwise.", nil, nil),
-		outputCuts: prometheus.NewDesc("hotkeyd_proxy_output_cuts_total", "Multiplexed clients the proxy tap disconnected because the replies waiting for them passed Redis's client-output-buffer-limit for normal clients (256 MiB where Redis sets none).", nil, nil),
+		src:         src,
+		clients:     prometheus.NewDesc("hotkeyd_proxy_clients", "Clients of the proxy tap now, by upstream connection: shared (multiplexed) or own.", []string{"conn"}, nil),
+		pins:        prometheus.NewDesc("hotkeyd_proxy_pins_total", "Clients the proxy tap moved from the shared upstream connection to their own, by reason (command, malformed, too_large, auth).", []string{"reason"}, nil),
+		sharedFail:  prometheus.NewDesc("hotkeyd_proxy_shared_failures_total", "Shared upstream connections that failed or could not be opened (Redis down, wanting AUTH, or refusing proxy.upstream_password).", nil, nil),
+		batch:       prometheus.NewDesc("hotkeyd_proxy_sched_batch", "1 while the proxy tap runs hotkeyd's threads as SCHED_BATCH (proxy.sched_policy), 0 otherwise.", nil, nil),
+		outputCuts:  prometheus.NewDesc("hotkeyd_proxy_output_cuts_total", "Multiplexed clients the proxy tap disconnected because the replies waiting for its clients passed proxy.max_output_bytes: each time the client holding the most.", nil, nil),
+		outputBytes: prometheus.NewDesc("hotkeyd_proxy_output_bytes", "Replies the proxy tap holds for multiplexed clients that have not read them yet, in bytes (at most proxy.max_output_bytes).", nil, nil),
 	}
 }
 
@@ -322,6 +323,7 @@ func (c *proxyCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.sharedFail
 	ch <- c.batch
 	ch <- c.outputCuts
+	ch <- c.outputBytes
 }
 
 func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
@@ -333,6 +335,7 @@ func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.sharedFail, prometheus.CounterValue, float64(s.SharedFailures))
 	ch <- prometheus.MustNewConstMetric(c.outputCuts, prometheus.CounterValue, float64(s.OutputCuts))
+	ch <- prometheus.MustNewConstMetric(c.outputBytes, prometheus.GaugeValue, float64(s.OutputBytes))
 	batch := 0.0
 	if s.SchedBatch {
 		batch = 1

@@ -424,7 +424,7 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 	custom.HTTP.Listen = ":8080"
 	custom.UDP.Listen = ""
 	custom.Redis.Addrs = []string{"10.0.0.1:6379", "redis-2:6379"}
-	custom.Proxy = Proxy{Listen: ":6380", Upstream: "10.0.0.1:6379", SampleEvery: 7, SchedPolicy: "batch"}
+	custom.Proxy = Proxy{Listen: ":6380", Upstream: "10.0.0.1:6379", SampleEvery: 7, SchedPolicy: "batch", MaxOutputBytes: 5 << 20}
 	custom.Monitor.Addr = "[::1]:6379"
 	custom.Detector.Window = 1500 * time.Millisecond
 	custom.Hot.Read.Share = 0.125

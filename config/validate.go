@@ -75,6 +75,7 @@ func (c Config) Validate() error {
 			"use the address of Redis (or of a proxy in front of it) that the tap forwards to")
 	}
 	v.intRange("proxy.sample_every", c.Proxy.SampleEvery, 1, 1_000_000)
+	v.intRange("proxy.max_output_bytes", c.Proxy.MaxOutputBytes, 1<<20, 1<<30)
 	// A password read from a file or a Secret often ends with a newline, which Redis
 	// would take as part of it.
 	if strings.ContainsFunc(c.Proxy.UpstreamPassword, func(r rune) bool { return r < 0x20 || r == 0x7f }) {

@@ -72,6 +72,7 @@ func TestValidateRejects(t *testing.T) {
 		{"proxy.upstream bad", func(c *Config) { c.Proxy.Listen, c.Proxy.Upstream = ":6380", "r" }, `proxy.upstream: "r" is not host:port`},
 		{"proxy.listen same as http", func(c *Config) { c.Proxy.Listen, c.Proxy.Upstream = c.HTTP.Listen, "r:6379" }, `proxy.listen: "127.0.0.1:9736" is also http.listen`},
 		{"proxy.sample_every", func(c *Config) { c.Proxy.SampleEvery = 0 }, "proxy.sample_every: 0 is out of range; use an integer between 1 and 1000000"},
+		{"proxy.max_output_bytes", func(c *Config) { c.Proxy.MaxOutputBytes = 65536 }, "proxy.max_output_bytes: 65536 is out of range; use an integer between 1048576 and 1073741824"},
 		{"monitor.addr", func(c *Config) { c.Monitor.Addr = "redis" }, `monitor.addr: "redis" is not host:port`},
 		{"monitor.sample_every", func(c *Config) { c.Monitor.SampleEvery = -1 }, "monitor.sample_every: -1 is out of range"},
 		{"auth.token", func(c *Config) { c.Auth.Token = "two words" }, "auth.token: *** contains a space"},

@@ -53,6 +53,8 @@ type muxLoop struct {
 	noResp3   bool            // Redis refused HELLO 3: no RESP3 pair
 	limits    redisLimits     // Redis's, asked with CONFIG GET
 	maxKnown  bool            // limits were asked since the loop began or a shared connection last failed
+	outBytes  int             // the clients' replies waiting for room in their sockets, together (see deliver)
+	chunks    chunkPool       // for the clients' outQueues
 	clients   map[int]*loopClient
 	throttled bool          // Redis is behind, or draining: clients' commands are not read
 	draining  bool          // Shutdown: owed replies go out, then each client gets a FIN
@@ -89,22 +91,22 @@ type loopClient struct {
 	fd      int
 	in      []byte // in[:pending] is read, parsed and not forwarded
 	pending int
-	base    int64  // the parser's offset at in[0]
-	out     []byte // replies its socket had no room for yet
-	owed    int    // replies Redis owes it
-	on      int    // the shared connection that owes them
-	held    int    // in[:held] are a write sent behind reads it is owed and what follows (see hold)
-	heldN   int    // the commands in in[:held]
-	resp3   bool   // it asked for RESP3 with HELLO 3
-	authed  bool   // with UpstreamPassword set: it authenticated with the configured credentials
-	rest    []byte // once pinning: what it sent that goes to its own connection
-	pinning bool   // it needs its own connection once settled
-	eof     bool   // it sent everything
-	hup     bool   // its socket hung up or failed: no more reads
-	closed  bool   // replies are dropped; closed after the turn
-	fin     bool   // draining, it was sent a FIN: it is read until it sends one too, unless all it was sent had reached it
-	done    bool   // in finished
-	events  uint32 // its registered epoll interest; regNone when not registered
+	base    int64    // the parser's offset at in[0]
+	out     outQueue // replies its socket had no room for yet
+	owed    int      // replies Redis owes it
+	on      int      // the shared connection that owes them
+	held    int      // in[:held] are a write sent behind reads it is owed and what follows (see hold)
+	heldN   int      // the commands in in[:held]
+	resp3   bool     // it asked for RESP3 with HELLO 3
+	authed  bool     // with UpstreamPassword set: it authenticated with the configured credentials
+	rest    []byte   // once pinning: what it sent that goes to its own connection
+	pinning bool     // it needs its own connection once settled
+	eof     bool     // it sent everything
+	hup     bool     // its socket hung up or failed: no more reads
+	closed  bool     // replies are dropped; closed after the turn
+	fin     bool     // draining, it was sent a FIN: it is read until it sends one too, unless all it was sent had reached it
+	done    bool     // in finished
+	events  uint32   // its registered epoll interest; regNone when not registered
 }
 
 const regNone = ^uint32(0)
@@ -125,7 +127,8 @@ func (p *Proxy) startLoop() (*muxLoop, error) {
 
 // newLoop returns a loop with its shared connections open, not running yet.
 func (p *Proxy) newLoop() (*muxLoop, error) {
-	l := &muxLoop{p: p, epfd: -1, wakeR: -1, wakeW: -1, clients: make(map[int]*loopClient)}
+	l := &muxLoop{p: p, epfd: -1, wakeR: -1, wakeW: -1, clients: make(map[int]*loopClient),
+		chunks: chunkPool{max: muxBacklog / outChunk}}
 	for i := range l.up {
 		l.up[i].fd = -1
 	}
@@ -181,6 +184,10 @@ func (l *muxLoop) dial(i int) error {
 				return err
 			}
 			limits = defaultRedisLimits
+		}
+		if limits.maxOut > 0 && limits.maxOut != l.limits.maxOut {
+			l.p.log.Warn("proxy: Redis limits each connection's replies (client-output-buffer-limit normal), and a shared connection's as a whole: a burst of replies to the multiplexed clients past it makes Redis close that connection, disconnecting every client owed replies on it; leave the limit at 0 (the tap bounds each client's replies itself: proxy.max_output_bytes), or set it above the largest burst",
+				"upstream", l.p.upstream, "limit_bytes", limits.maxOut)
 		}
 		l.limits, l.maxKnown = limits, true
 	}
@@ -385,6 +392,7 @@ func (l *muxLoop) turn(n int) bool {
 		}
 	}
 	l.finish()
+	l.p.stats.outputBytes.Store(int64(l.outBytes))
 	if l.draining {
 		return len(l.clients) > 0 // no new commands: no shared connection to redial
 	}
@@ -457,12 +465,12 @@ func (l *muxLoop) update(c *loopClient) {
 		return
 	}
 	var want uint32
-	if !c.pinning && !c.eof && !l.throttled && len(c.out) < muxBacklog && c.held == 0 {
+	if !c.pinning && !c.eof && !l.throttled && c.backlog() < muxBacklog && c.held == 0 {
 		want |= syscall.EPOLLIN
 	} else if l.draining && !c.eof {
 		want |= syscall.EPOLLIN // to drop what it sends
 	}
-	if len(c.out) > 0 {
+	if c.backlog() > 0 {
 		want |= syscall.EPOLLOUT
 	}
 	if want == c.events {
@@ -617,12 +625,11 @@ func (l *muxLoop) parseClient(c *loopClient) {
 		// held, the one that pinned it when parsed, and those sampleRest parses.
 		pin.Add(1)
 		if l.p.log.Enabled(context.Background(), slog.LevelDebug) {
-			var cmd string // the command that pinned it; none for bytes that pin it
-			if pc.sent > int64(held) {
-				cmd = string(ps.Name())
+			attrs := []any{"client", c.addr(), "reason", l.p.stats.pinReason(pin)}
+			if pc.sent > int64(held) { // a command pinned it, not bytes
+				attrs = append(attrs, "command", string(ps.Name()))
 			}
-			l.p.log.Debug("proxy: client pinned: it gets a connection of its own", "client", c.addr(),
-				"reason", l.p.stats.pinReason(pin), "command", cmd)
+			l.p.log.Debug("proxy: client pinned: it gets a connection of its own", attrs...)
 		}
 		pc.sampleRest()
 		c.rest = c.in[:c.pending]
@@ -800,17 +807,18 @@ func (l *muxLoop) readUp(i int) {
 }
 
 // deliver writes reply bytes to c, completing replies of them: straight to its socket
-// when it has room, the rest when epoll says it has. A client that lets more than the
-// output limit (outLimit) wait is disconnected, as Redis disconnects a client of its own
-// past client-output-buffer-limit: its replies would otherwise pile up in the tap's
-// memory, or, with that limit set, in Redis's buffer for the shared connection, which
-// Redis would close with every other client's replies.
+// when it has room, the rest when epoll says it has. The replies waiting for room, all
+// clients' together, are held to the proxy's MaxOutputBytes: past it, the client holding
+// the most is disconnected (cut), as Redis disconnects a client of its own past its
+// client-output-buffer-limit. Otherwise a client that reads slower than Redis answers
+// would pile its replies up in the tap's memory: the shared connection is drained at
+// once, for every client's sake.
 func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 	c.owed -= replies
 	if c.closed {
 		return
 	}
-	if len(c.out) == 0 && len(b) > 0 {
+	if c.backlog() == 0 && len(b) > 0 {
 		n, err := ioRetry(rawWrite, c.fd, b)
 		if err != nil && err != syscall.EAGAIN {
 			l.p.log.Debug("proxy: write client", "client", c.addr(), "err", err)
@@ -820,14 +828,14 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 		b = b[max(n, 0):]
 	}
 	if len(b) > 0 {
-		if limit, redis := l.outLimit(); int64(len(c.out)+len(b)) > limit {
-			l.p.stats.outputCuts.Add(1)
-			l.p.log.Warn("proxy: client disconnected: it reads its replies slower than Redis sends them, and those waiting passed the output limit",
-				"client", c.addr(), "limit_bytes", limit, "limit", redis, "replies_owed", c.owed)
-			l.drop(c)
+		c.out.push(b, &l.chunks)
+		l.outBytes += len(b)
+		for l.outBytes > l.p.maxOutput {
+			l.cut()
+		}
+		if c.closed {
 			return
 		}
-		c.out = append(c.out, b...)
 		l.update(c)
 	}
 	if c.owed == 0 && c.held > 0 {
@@ -839,28 +847,43 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 // addr returns the client's address, for logs.
 func (c *loopClient) addr() net.Addr { return c.pc.client.RemoteAddr() }
 
-// outLimit returns the most reply bytes the loop holds for one client, and where the
-// limit comes from.
-func (l *muxLoop) outLimit() (limit int64, from string) {
-	if l.limits.maxOut > 0 {
-		return l.limits.maxOut, "Redis's client-output-buffer-limit normal"
+// backlog is the bytes of replies waiting for room in c's socket.
+func (c *loopClient) backlog() int { return c.out.len() }
+
+// cut disconnects the client whose replies wait most (see deliver).
+func (l *muxLoop) cut() {
+	var worst *loopClient
+	for _, c := range l.clients {
+		if !c.closed && (worst == nil || c.backlog() > worst.backlog()) {
+			worst = c
+		}
 	}
-	return DefaultProxyMaxClientOutput, "hotkeyd's default (Redis sets none)"
+	l.p.stats.outputCuts.Add(1)
+	l.p.log.Warn("proxy: client disconnected: it reads its replies slower than Redis sends them, and the replies waiting for the tap's clients passed proxy.max_output_bytes; it held the most",
+		"client", worst.addr(), "its_bytes", worst.backlog(), "max_output_bytes", l.p.maxOutput, "replies_owed", worst.owed)
+	l.drop(worst)
 }
 
 // flushClient writes what c's socket had no room for.
 func (l *muxLoop) flushClient(c *loopClient) {
-	if len(c.out) == 0 {
+	if c.backlog() == 0 {
 		return
 	}
-	n, err := ioRetry(rawWrite, c.fd, c.out)
-	if err != nil && err != syscall.EAGAIN {
-		l.drop(c)
-		return
-	}
-	c.out = c.out[:copy(c.out, c.out[max(n, 0):])]
-	if len(c.out) == 0 && cap(c.out) > muxBacklog {
-		c.out = nil // a burst is over: give its memory back
+	for c.backlog() > 0 {
+		b := c.out.front()
+		n, err := ioRetry(rawWrite, c.fd, b)
+		if err == syscall.EAGAIN {
+			break
+		}
+		if err != nil {
+			l.drop(c)
+			return
+		}
+		c.out.consume(n, &l.chunks)
+		l.outBytes -= n
+		if n < len(b) {
+			break // the socket is full
+		}
 	}
 	l.update(c)
 	l.settle(c)
@@ -870,7 +893,7 @@ func (l *muxLoop) flushClient(c *loopClient) {
 // nothing more. While draining, a client owed nothing gets a FIN, and is closed once it
 // sends one too (see discard).
 func (l *muxLoop) settle(c *loopClient) {
-	if c.done || c.owed > 0 || len(c.out) > 0 {
+	if c.done || c.owed > 0 || c.backlog() > 0 {
 		return
 	}
 	if c.closed || c.pinning || c.eof || c.hup {
@@ -905,7 +928,8 @@ func (l *muxLoop) settle(c *loopClient) {
 // drop closes c after this turn; replies still owed to it are discarded.
 func (l *muxLoop) drop(c *loopClient) {
 	c.closed = true
-	c.out = nil
+	l.outBytes -= c.backlog()
+	c.out.reset(&l.chunks)
 	if !c.done {
 		c.done = true
 		l.finished = append(l.finished, c)

@@ -238,13 +238,6 @@ const (
 	redisClientQueryBufLimit = 1 << 30   // client-query-buffer-limit
 )
 
-// DefaultProxyMaxClientOutput is the most reply bytes the proxy tap holds for one
-// multiplexed client that reads them slower than Redis sends them, where Redis sets no
-// hard limit of its own for normal clients (client-output-buffer-limit normal 0, its
-// default): a client past it is disconnected, as Redis disconnects a client past that
-// limit.
-const DefaultProxyMaxClientOutput = 256 << 20
-
 // redisLimits are the limits of Redis that the loop applies to its clients.
 type redisLimits struct {
 	// maxCmd is the longest command Redis takes from a client: the lower of
@@ -255,8 +248,7 @@ type redisLimits struct {
 	// client whose command is longer.
 	maxCmd int64
 	// maxOut is the hard limit of client-output-buffer-limit for normal clients, 0 for
-	// none. Redis applies it to a shared connection as a whole; the loop applies it to
-	// each client's replies it holds (see deliver).
+	// none. Redis applies it to a shared connection as a whole, which the loop warns of.
 	maxOut int64
 }
 

@@ -1770,34 +1770,33 @@ func pauseWrites(t *testing.T, ctx context.Context, direct *redis.Client) (unpau
 	}
 }
 
-// TestMuxSlowReaderCut: a multiplexed client that sends GETs of a large value and never
-// reads the replies is disconnected once those waiting for it pass Redis's hard limit
-// for normal clients (client-output-buffer-limit), as Redis would disconnect it on a
-// connection of its own, rather than piling them up in the tap's memory. The shared
-// connection stays up: another client is answered throughout and after. The warning
-// names the client and the limit.
+// TestMuxSlowReaderCut: multiplexed clients that send GETs of a large value and do not
+// read the replies: once the replies waiting for the tap's clients pass MaxOutputBytes,
+// the client holding the most is disconnected, as Redis disconnects a client past its
+// client-output-buffer-limit, rather than their replies piling up in the tap's memory.
+// A slow client holding less keeps its connection and gets every reply whole; another
+// client is answered throughout; the shared connection stays up; the warning names the
+// client cut.
 func TestMuxSlowReaderCut(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer direct.Close()
-	const limit = 1 << 20
-	if err := direct.ConfigSet(ctx, "client-output-buffer-limit", fmt.Sprintf("normal %d 0 0", limit)).Err(); err != nil {
-		t.Fatal(err)
-	}
 	value := strings.Repeat("v", 256<<10)
 	if err := direct.Set(ctx, "slow:big", value, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
+	const budget = 8 << 20
 	var logs logbuf.Buffer
 	p := startProxy(t, sampler.ProxyOptions{
-		Upstream: srv.Addr(), Sink: newRecordSink(), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Upstream: srv.Addr(), Sink: newRecordSink(), MaxOutputBytes: budget,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	addr := p.Addr().String()
 	fast := muxDial(t, addr)
 	fast.expect(t, muxOK, "SET", "slow:small", "s")
 
-	// The slow client: a small receive buffer, and it never reads.
+	// Slow clients: small receive buffers, and they do not read.
 	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
 		if err := rc.Control(func(fd uintptr) {
@@ -1807,38 +1806,76 @@ func TestMuxSlowReaderCut(t *testing.T) {
 		}
 		return serr
 	}}
-	slow, err := d.Dial("tcp", addr)
-	if err != nil {
+	dial := func() net.Conn {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// The one holding less: 12 replies, 3 MiB, some of it in the sockets' buffers.
+	less := dial()
+	const lessGets = 12
+	if _, err := io.WriteString(less, strings.Repeat(muxCmd("GET", "slow:big"), lessGets)); err != nil {
 		t.Fatal(err)
 	}
-	defer slow.Close()
-	// One GET at a time, so that each reply is far below Redis's limit on the shared
-	// connection, which the tap drains at once: only the tap holds them.
-	sent := 0
-	for ; sent < 200 && p.Stats().OutputCuts == 0; sent++ {
-		if _, err := io.WriteString(slow, muxCmd("GET", "slow:big")); err != nil {
-			break // cut: the tap closed it
-		}
+	fast.expect(t, muxBulk("s"), "GET", "slow:small")
+	time.Sleep(100 * time.Millisecond)
+	// The one holding the most: 64 GETs in one go, 16 MiB of replies. (One at a time,
+	// a client that does not read holds little: the tap stops reading a client whose
+	// replies wait, muxBacklog and more.)
+	most := dial()
+	if _, err := io.WriteString(most, strings.Repeat(muxCmd("GET", "slow:big"), 64)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().OutputCuts == 0 && time.Now().Before(deadline) {
 		fast.expect(t, muxBulk("s"), "GET", "slow:small")
 	}
-	waitFor(t, "the slow client to be cut", func() bool { return p.Stats().OutputCuts == 1 })
-	t.Logf("cut after %d GETs of %d KiB", sent, len(value)>>10)
-	if sent*len(value) < limit {
-		t.Errorf("cut after %d GETs of %d bytes; want more than the limit, %d bytes, sent", sent, len(value), limit)
+	waitFor(t, "a slow client to be cut", func() bool { return p.Stats().OutputCuts == 1 })
+	_ = most.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, most); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("reading the cut client's connection to its end: %v; want its end (EOF or reset)", err)
 	}
-	_ = slow.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.Copy(io.Discard, slow); err != nil && !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("reading the slow client's connection to its end: %v; want its end (EOF or reset)", err)
+	// The other slow client reads now: every reply, whole.
+	_ = less.SetReadDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(less)
+	for i := range lessGets {
+		if got, err := muxReadReply(r); got != muxBulk(value) {
+			t.Fatalf("reply %d to the slow client that held less: %d bytes, %v; want the value whole", i, len(got), err)
+		}
 	}
 	fast.expect(t, muxBulk("s"), "GET", "slow:small")
-	if s := p.Stats(); s.SharedFailures != 0 {
-		t.Errorf("shared connection failures: %d; want 0: Redis must not have closed it", s.SharedFailures)
+	waitFor(t, "no reply waiting", func() bool { return p.Stats().OutputBytes == 0 })
+	if s := p.Stats(); s.SharedFailures != 0 || s.OutputCuts != 1 {
+		t.Errorf("shared connection failures %d, cuts %d; want 0 and 1", s.SharedFailures, s.OutputCuts)
 	}
 	log := logs.String()
-	for _, want := range []string{"client disconnected", "client=" + slow.LocalAddr().String(), fmt.Sprintf("limit_bytes=%d", limit), "client-output-buffer-limit normal"} {
+	for _, want := range []string{"client disconnected", "client=" + most.LocalAddr().String(), fmt.Sprintf("max_output_bytes=%d", budget), "proxy.max_output_bytes"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
+	}
+}
+
+// TestMuxRedisOutputLimitWarned: a Redis that limits its normal clients' replies
+// (client-output-buffer-limit normal) applies that limit to a shared connection as a
+// whole; the tap says so when it opens the shared connections.
+func TestMuxRedisOutputLimitWarned(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	if err := direct.ConfigSet(ctx, "client-output-buffer-limit", "normal 8388608 0 0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var logs logbuf.Buffer
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	muxDial(t, p.Addr().String()).expect(t, "+PONG\r\n", "PING")
+	waitFor(t, "the warning", func() bool { return strings.Contains(logs.String(), "client-output-buffer-limit normal") })
+	if log := logs.String(); !strings.Contains(log, "limit_bytes=8388608") || strings.Count(log, "client-output-buffer-limit normal") != 1 {
+		t.Errorf("log:\n%s\nwant one warning of the limit, with limit_bytes=8388608", log)
 	}
 }
 

@@ -74,6 +74,14 @@ type ProxyOptions struct {
 	// An empty username is Redis's user "default" (the legacy `AUTH password`). Without
 	// a password, a Redis that wants AUTH is not shared. The password is never logged.
 	UpstreamUsername, UpstreamPassword string
+	// MaxOutputBytes bounds the replies the proxy holds for its multiplexed clients
+	// together: replies Redis sent that a client has not read yet (a client that reads
+	// slower than Redis answers; the shared connection is drained at once, for every
+	// client's sake). Past it, the client holding the most is disconnected, with a
+	// warning naming it, as Redis disconnects a client of its own past its
+	// client-output-buffer-limit. Default 32 MiB; allowed 1 MiB to 1 GiB. The process's
+	// memory can reach about twice as much while the budget is full.
+	MaxOutputBytes int
 	// Logger receives connection errors at debug level, accept errors and shared
 	// connections that fail at warn level, and an Upstream that reaches the proxy itself
 	// at error level. Default: none.
@@ -92,6 +100,7 @@ const (
 	DefaultProxyDialTimeout   = 5 * time.Second
 	DefaultProxyMaxKeyBytes   = 512
 	DefaultProxyDrainTimeout  = 5 * time.Second
+	DefaultProxyMaxOutput     = 32 << 20
 )
 
 // proxyBatches is how many batch buffers a Proxy cycles through; when all are waiting
@@ -207,19 +216,20 @@ const proxyBatches = 4
 //
 // A Proxy is safe for concurrent use.
 type Proxy struct {
-	ln       net.Listener
-	upstream string
-	every    int
-	logq     float64 // log(1 - 1/every), for the geometric draws
-	source   string
-	sink     Sink
-	bufSize  int
-	maxKey   int
-	interval time.Duration
-	dialer   net.Dialer
-	seed     uint64
-	log      *slog.Logger
-	batches  *proxyBatcher
+	ln        net.Listener
+	upstream  string
+	every     int
+	logq      float64 // log(1 - 1/every), for the geometric draws
+	source    string
+	sink      Sink
+	bufSize   int
+	maxOutput int // MaxOutputBytes
+	maxKey    int
+	interval  time.Duration
+	dialer    net.Dialer
+	seed      uint64
+	log       *slog.Logger
+	batches   *proxyBatcher
 
 	multiplex  bool
 	sched      SchedPolicy
@@ -273,9 +283,11 @@ type ProxyStats struct {
 	// SharedFailures counts shared upstream connections that failed or could not be
 	// opened (Redis down, wanting AUTH, or refusing the configured credentials).
 	SharedFailures uint64
-	// OutputCuts counts multiplexed clients disconnected because the replies waiting
-	// for them passed the output limit (see DefaultProxyMaxClientOutput).
-	OutputCuts uint64
+	// OutputBytes is the replies waiting now for multiplexed clients to read them, as of
+	// the event loop's last turn; OutputCuts counts the clients disconnected because
+	// those passed MaxOutputBytes, each the client that held the most.
+	OutputBytes int64
+	OutputCuts  uint64
 	// SchedBatch reports whether the proxy runs the process's threads as SCHED_BATCH
 	// now (ProxyOptions.SchedPolicy).
 	SchedBatch bool
@@ -294,6 +306,7 @@ type proxyCounters struct {
 	pinCommand, pinMalformed, pinTooLarge atomic.Uint64
 	pinAuth                               atomic.Uint64
 	sharedFailures, outputCuts            atomic.Uint64
+	outputBytes                           atomic.Int64
 	reads, deepReads                      atomic.Uint64 // for SchedAuto: see countRead
 	schedBatch                            atomic.Bool
 	schedIdle                             idleGate // SchedAuto's check sleeps: see sleepUntilRead
@@ -325,6 +338,7 @@ func (p *Proxy) Stats() ProxyStats {
 			PinAuth:      s.pinAuth.Load(),
 		},
 		SharedFailures: s.sharedFailures.Load(),
+		OutputBytes:    s.outputBytes.Load(),
 		OutputCuts:     s.outputCuts.Load(),
 		SchedBatch:     s.schedBatch.Load(),
 	}
@@ -338,6 +352,10 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 	if o.SampleEvery < 0 {
 		return nil, fmt.Errorf("sampler: ProxyOptions.SampleEvery %d: must be ≥ 1, or 0 for the default %d",
 			o.SampleEvery, DefaultProxySampleEvery)
+	}
+	if o.MaxOutputBytes != 0 && (o.MaxOutputBytes < 1<<20 || o.MaxOutputBytes > 1<<30) {
+		return nil, fmt.Errorf("sampler: ProxyOptions.MaxOutputBytes %d: must be between %d and %d, or 0 for the default %d",
+			o.MaxOutputBytes, 1<<20, 1<<30, DefaultProxyMaxOutput)
 	}
 	if o.BufferSize != 0 && (o.BufferSize < 512 || o.BufferSize > 16<<20) {
 		return nil, fmt.Errorf("sampler: ProxyOptions.BufferSize %d: must be between 512 and %d, or 0 for the default %d",
@@ -376,6 +394,7 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 		source:     defaults.Or(o.Source, DefaultProxySource),
 		sink:       o.Sink,
 		bufSize:    defaults.Or(o.BufferSize, DefaultProxyBufferSize),
+		maxOutput:  defaults.Or(o.MaxOutputBytes, DefaultProxyMaxOutput),
 		maxKey:     defaults.Or(o.MaxKeyBytes, DefaultProxyMaxKeyBytes),
 		interval:   defaults.Or(o.FlushInterval, DefaultProxyFlushInterval),
 		seed:       o.Seed,

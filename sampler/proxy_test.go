@@ -639,6 +639,7 @@ func TestNewProxyErrors(t *testing.T) {
 		{sampler.ProxyOptions{}, "Sink is nil"},
 		{sampler.ProxyOptions{Sink: sink, SampleEvery: -1}, "SampleEvery -1: must be ≥ 1"},
 		{sampler.ProxyOptions{Sink: sink, BufferSize: 10}, "BufferSize 10: must be between 512"},
+		{sampler.ProxyOptions{Sink: sink, MaxOutputBytes: 4096}, "MaxOutputBytes 4096: must be between 1048576 and 1073741824"},
 		{sampler.ProxyOptions{Sink: sink, BatchSize: -1}, "BatchSize -1"},
 		{sampler.ProxyOptions{Sink: sink, FlushInterval: -1}, "FlushInterval -1ns"},
 		{sampler.ProxyOptions{Sink: sink, DialTimeout: -1}, "DialTimeout -1ns"},

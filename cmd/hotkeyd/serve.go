@@ -156,6 +156,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 				SampleEvery:      cfg.Proxy.SampleEvery,
 				ConnPerClient:    !cfg.Proxy.Multiplex,
 				SchedPolicy:      sched,
+				MaxOutputBytes:   cfg.Proxy.MaxOutputBytes,
 				MaxKeyBytes:      cfg.Limits.MaxKeyBytes,
 				Sink:             sink,
 				Logger:           log,
