@@ -186,7 +186,7 @@ func (l *muxLoop) dial(i int) error {
 			limits = defaultRedisLimits
 		}
 		if limits.maxOut > 0 && limits.maxOut != l.limits.maxOut {
-			l.p.log.Warn("proxy: Redis limits each connection's replies (client-output-buffer-limit normal), and a shared connection's as a whole: a burst of replies to the multiplexed clients past it makes Redis close that connection, disconnecting every client owed replies on it; leave the limit at 0 (the tap bounds each client's replies itself: proxy.max_output_bytes), or set it above the largest burst",
+			l.p.log.Warn("proxy: Redis limits each connection's replies (client-output-buffer-limit normal), and a shared connection's as a whole: a burst of replies to the multiplexed clients past it makes Redis close that connection, disconnecting every client owed replies on it; leave the limit at 0 (the tap bounds the replies it holds itself: proxy.max_output_bytes), or set it above the largest burst",
 				"upstream", l.p.upstream, "limit_bytes", limits.maxOut)
 		}
 		l.limits, l.maxKnown = limits, true
