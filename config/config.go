@@ -93,10 +93,11 @@ type Proxy struct {
 	// the policy alone. Default "auto".
 	SchedPolicy string `yaml:"sched_policy"`
 	// MaxOutputBytes bounds the reply bytes the proxy holds for its multiplexed clients
-	// together, replies Redis sent that a client has not read yet: past it, the client
-	// holding the most is disconnected, with a warning naming it, as Redis disconnects a
-	// client past its client-output-buffer-limit. Default 32 MiB; allowed 1 MiB..1 GiB.
-	// The process's memory can reach about twice as much while the budget is full.
+	// together, replies Redis sent that a client has not read yet: past it the proxy
+	// stops reading Redis's replies until the clients have read half, and if for a
+	// second they read almost none, the client holding the most is disconnected, with a
+	// warning naming it. Default 16 MiB; allowed 1 MiB..1 GiB. The process's memory can
+	// reach about twice as much while the budget is full.
 	MaxOutputBytes int `yaml:"max_output_bytes"`
 }
 
@@ -315,7 +316,7 @@ func Default() Config {
 		HTTP:    HTTP{Listen: "127.0.0.1:9736", MaxBodyBytes: 1 << 20},
 		UDP:     UDP{Listen: "127.0.0.1:9736", Readers: 2},
 		Redis:   Redis{InfoInterval: 10 * time.Second},
-		Proxy:   Proxy{SampleEvery: 100, Multiplex: true, SchedPolicy: "auto", MaxOutputBytes: 32 << 20},
+		Proxy:   Proxy{SampleEvery: 100, Multiplex: true, SchedPolicy: "auto", MaxOutputBytes: 16 << 20},
 		Monitor: Monitor{SampleEvery: 1},
 		Detector: Detector{
 			Window: time.Second,

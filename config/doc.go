@@ -57,7 +57,7 @@
 //	proxy.upstream_password        (none)          password of the shared upstream connections (requirepass or the user's); no flag, shown as ***
 //	proxy.sample_every             100             1..1000000: sample one command in N
 //	proxy.multiplex                true            share one upstream connection among clients' plain commands (Linux)
-//	proxy.max_output_bytes         33554432        1048576..1073741824: replies held for slow multiplexed clients, together
+//	proxy.max_output_bytes         16777216        1048576..1073741824: replies held for multiplexed clients, together, before Redis is left to keep them
 //	proxy.sched_policy             auto            auto, batch or off: SCHED_BATCH threads while clients pipeline (Linux)
 //	monitor.addr                   (none)          host:port of a Redis to read with MONITOR, development only (--monitor)
 //	monitor.sample_every           1               1..1000000

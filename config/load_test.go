@@ -323,6 +323,8 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`unknown key "base"`, "merge keys (<<) are not supported in log"}},
 		{loadCase{name: "bad integer in env", env: map[string]string{"HOTKEYD_DETECTOR_TOPK": "abc"}},
 			[]string{"HOTKEYD_DETECTOR_TOPK", "detector.topk", `"abc" is not an integer`}},
+		{loadCase{name: "size with a unit in env", env: map[string]string{"HOTKEYD_PROXY_MAX_OUTPUT_BYTES": "16MiB"}},
+			[]string{"HOTKEYD_PROXY_MAX_OUTPUT_BYTES", "proxy.max_output_bytes", `"16MiB" is not an integer`, "without a unit"}},
 		{loadCase{name: "bad duration in env", env: map[string]string{"HOTKEYD_DETECTOR_WINDOW": "soon"}},
 			[]string{"HOTKEYD_DETECTOR_WINDOW", `"soon" is not a duration`}},
 		{loadCase{name: "bad overrides in env", env: map[string]string{"HOTKEYD_HOT_OVERRIDES": "[{pattern: a, rate: 1}]"}},

@@ -135,7 +135,7 @@ func parseText(k kind, s string) (any, error) {
 			// Whole, but beyond an int (1e400 parses as ±Inf with ErrRange).
 			return nil, outOfRange
 		}
-		return nil, fmt.Errorf("%q is not an integer; use a whole number like 100", s)
+		return nil, fmt.Errorf("%q is not an integer; use a whole number in digits, without a unit (16777216, not 16MiB)", s)
 	case kFloat:
 		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // muxLoop is the event loop of the shared upstream connections: one goroutine that
@@ -55,6 +56,10 @@ type muxLoop struct {
 	maxKnown  bool            // limits were asked since the loop began or a shared connection last failed
 	outBytes  int             // the clients' replies waiting for room in their sockets, together (see deliver)
 	chunks    chunkPool       // for the clients' outQueues
+	paused    bool            // outBytes passed MaxOutputBytes: Redis's replies are not read (see pause)
+	pauseMark int             // outBytes at the last stall check
+	stall     *time.Timer     // while paused: sets stallDue and wakes the loop every stallEvery
+	stallDue  atomic.Bool
 	clients   map[int]*loopClient
 	throttled bool          // Redis is behind, or draining: clients' commands are not read
 	draining  bool          // Shutdown: owed replies go out, then each client gets a FIN
@@ -197,6 +202,9 @@ func (l *muxLoop) dial(i int) error {
 	}
 	u := &l.up[i]
 	u.fd, u.events = fd, syscall.EPOLLIN
+	if l.paused {
+		u.events = 0 // see pause
+	}
 	if len(u.out) > 0 {
 		// Commands queued in the turn that gave up the last connection: send them
 		// as soon as this one has room, not when another event comes.
@@ -383,13 +391,21 @@ func (l *muxLoop) turn(n int) bool {
 	}
 	if replies {
 		for _, ev := range l.events[:n] {
-			if i := l.upstream(int(ev.Fd)); i >= 0 && ev.Events&(syscall.EPOLLIN|syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
+			// While paused, only a connection that failed is read: to its end.
+			if i := l.upstream(int(ev.Fd)); i >= 0 && ev.Events&(syscall.EPOLLERR|syscall.EPOLLHUP) != 0 ||
+				i >= 0 && !l.paused && ev.Events&syscall.EPOLLIN != 0 {
 				l.readUp(i)
 			}
 		}
 		for i := range l.up {
 			l.flushUp(i) // writes that replies released (see hold)
 		}
+	}
+	if l.paused && l.stallDue.Swap(false) {
+		l.checkStall()
+	}
+	if l.paused && l.outBytes <= l.p.maxOutput/2 {
+		l.resume()
 	}
 	l.finish()
 	l.p.stats.outputBytes.Store(int64(l.outBytes))
@@ -714,24 +730,40 @@ func (l *muxLoop) flushUp(i int) {
 		return
 	}
 	u.out = u.out[:copy(u.out, u.out[max(n, 0):])]
-	want := uint32(syscall.EPOLLIN)
+	if l.watchUp(i) {
+		l.throttle()
+	}
+}
+
+// watchUp registers the epoll interest shared connection i needs now: its replies
+// unless paused, and room to write while it has commands to send. False when that
+// failed, and with it the connection.
+func (l *muxLoop) watchUp(i int) bool {
+	u := &l.up[i]
+	if u.fd < 0 {
+		return false
+	}
+	var want uint32
+	if !l.paused {
+		want = syscall.EPOLLIN
+	}
 	if len(u.out) > 0 {
 		want |= syscall.EPOLLOUT
 	}
 	if want != u.events {
 		if err := l.ctl(syscall.EPOLL_CTL_MOD, u.fd, want); err != nil {
 			l.upFailed(i, err)
-			return
+			return false
 		}
 		u.events = want
 	}
-	l.throttle()
+	return true
 }
 
 // throttle stops reading clients while Redis is behind on either connection, and
 // starts again when it has caught up.
 func (l *muxLoop) throttle() {
-	throttle := l.draining
+	throttle := l.draining || l.paused
 	for i := range l.up {
 		throttle = throttle || len(l.up[i].out) >= muxOpen
 	}
@@ -808,11 +840,7 @@ func (l *muxLoop) readUp(i int) {
 
 // deliver writes reply bytes to c, completing replies of them: straight to its socket
 // when it has room, the rest when epoll says it has. The replies waiting for room, all
-// clients' together, are held to the proxy's MaxOutputBytes: past it, the client holding
-// the most is disconnected (cut), as Redis disconnects a client of its own past its
-// client-output-buffer-limit. Otherwise a client that reads slower than Redis answers
-// would pile its replies up in the tap's memory: the shared connection is drained at
-// once, for every client's sake.
+// clients' together, are held to about the proxy's MaxOutputBytes (see pause).
 func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 	c.owed -= replies
 	if c.closed {
@@ -830,11 +858,8 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 	if len(b) > 0 {
 		c.out.push(b, &l.chunks)
 		l.outBytes += len(b)
-		for l.outBytes > l.p.maxOutput {
-			l.cut()
-		}
-		if c.closed {
-			return
+		if l.outBytes > l.p.maxOutput && !l.paused {
+			l.pause()
 		}
 		l.update(c)
 	}
@@ -850,7 +875,58 @@ func (c *loopClient) addr() net.Addr { return c.pc.client.RemoteAddr() }
 // backlog is the bytes of replies waiting for room in c's socket.
 func (c *loopClient) backlog() int { return c.out.len() }
 
-// cut disconnects the client whose replies wait most (see deliver).
+// pause stops reading Redis's replies, and the clients' commands, once the replies
+// waiting for the clients passed MaxOutputBytes: Redis then keeps the rest, as it keeps
+// a client's replies on a connection of the client's own, while the clients read what
+// the tap holds; resume starts again at half the budget. Without it a client that reads
+// slower than Redis answers, or several large replies at once, would pile the replies up
+// in the tap's memory. While paused, every stallEvery, checkStall disconnects the client
+// holding the most if the clients together read less than an eighth of the budget
+// meanwhile: one that does not read would otherwise hold up every client of the shared
+// connections, whose replies wait behind its own in Redis.
+func (l *muxLoop) pause() {
+	l.paused, l.pauseMark = true, l.outBytes
+	for i := range l.up {
+		l.watchUp(i)
+	}
+	l.throttle()
+	l.stallDue.Store(false)
+	l.stall = time.AfterFunc(stallEvery, l.stallTick)
+}
+
+// stallEvery is how often a paused loop checks that its clients read (see pause).
+const stallEvery = time.Second
+
+// stallTick runs on the timer's goroutine: it marks a stall check due and wakes the loop.
+func (l *muxLoop) stallTick() {
+	l.stallDue.Store(true)
+	l.mu.Lock()
+	if !l.done {
+		l.wake()
+	}
+	l.mu.Unlock()
+}
+
+// checkStall is pause's check, run by the loop.
+func (l *muxLoop) checkStall() {
+	if l.pauseMark-l.outBytes < l.p.maxOutput/8 {
+		l.cut()
+	}
+	l.pauseMark = l.outBytes
+	l.stall.Reset(stallEvery)
+}
+
+// resume reads Redis's replies again (see pause).
+func (l *muxLoop) resume() {
+	l.paused = false
+	l.stall.Stop()
+	for i := range l.up {
+		l.watchUp(i)
+	}
+	l.throttle()
+}
+
+// cut disconnects the client whose replies wait most (see pause).
 func (l *muxLoop) cut() {
 	var worst *loopClient
 	for _, c := range l.clients {
@@ -859,7 +935,7 @@ func (l *muxLoop) cut() {
 		}
 	}
 	l.p.stats.outputCuts.Add(1)
-	l.p.log.Warn("proxy: client disconnected: it reads its replies slower than Redis sends them, and the replies waiting for the tap's clients passed proxy.max_output_bytes; it held the most",
+	l.p.log.Warn("proxy: client disconnected: the replies waiting for the tap's clients passed proxy.max_output_bytes, and for a second they read almost none of them while Redis kept the rest for all; it held the most",
 		"client", worst.addr(), "its_bytes", worst.backlog(), "max_output_bytes", l.p.maxOutput, "replies_owed", worst.owed)
 	l.drop(worst)
 }
@@ -1042,6 +1118,9 @@ func (l *muxLoop) shutdown() {
 	incoming := l.incoming
 	l.incoming = nil
 	l.mu.Unlock()
+	if l.stall != nil {
+		l.stall.Stop()
+	}
 	for _, c := range incoming {
 		l.clients[c.fd] = c
 	}

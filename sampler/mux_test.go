@@ -1772,11 +1772,12 @@ func pauseWrites(t *testing.T, ctx context.Context, direct *redis.Client) (unpau
 
 // TestMuxSlowReaderCut: multiplexed clients that send GETs of a large value and do not
 // read the replies: once the replies waiting for the tap's clients pass MaxOutputBytes,
-// the client holding the most is disconnected, as Redis disconnects a client past its
-// client-output-buffer-limit, rather than their replies piling up in the tap's memory.
-// A slow client holding less keeps its connection and gets every reply whole; another
-// client is answered throughout; the shared connection stays up; the warning names the
-// client cut.
+// the tap stops reading Redis, and after a second in which the clients read almost
+// nothing the client holding the most is disconnected, rather than holding the others
+// up or piling replies up in the tap's memory. A slow client holding less keeps its
+// connection and gets every reply whole; another client is answered (its reply waits
+// in Redis for that second at most); the shared connection stays up; the warning names
+// the client cut.
 func TestMuxSlowReaderCut(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
@@ -1857,6 +1858,72 @@ func TestMuxSlowReaderCut(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
 	}
+}
+
+// TestMuxLargeRepliesNotCut: clients that read as fast as they can, fetching together
+// eight times MaxOutputBytes of large values at once, pipelined and not, are all served
+// whole and none is cut: past the budget the tap stops reading Redis, which keeps the
+// rest as it would for clients of its own, until the clients have read what it holds.
+func TestMuxLargeRepliesNotCut(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	values := map[string]string{}
+	for i, size := range []int{3 << 20, 5 << 20} {
+		key := fmt.Sprintf("large:%d", i)
+		values[key] = strings.Repeat(string(rune('a'+i)), size)
+		if err := direct.Set(ctx, key, values[key], 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const budget = 2 << 20
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), MaxOutputBytes: budget})
+	addr := p.Addr().String()
+	const clients = 4
+	errs := make(chan error, clients)
+	for i := range clients {
+		go func() {
+			errs <- func() error {
+				c, err := muxDialErr(addr)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				keys := []string{"large:0", "large:1", "large:0", "large:1"}
+				if i%2 == 0 { // pipelined
+					var b strings.Builder
+					for _, k := range keys {
+						b.WriteString(muxCmd("GET", k))
+					}
+					if _, err := io.WriteString(c, b.String()); err != nil {
+						return err
+					}
+				}
+				for j, k := range keys {
+					if i%2 == 1 {
+						if _, err := io.WriteString(c, muxCmd("GET", k)); err != nil {
+							return err
+						}
+					}
+					got, err := muxReadReply(c.r)
+					if err != nil || got != muxBulk(values[k]) {
+						return fmt.Errorf("client %d, reply %d (%s): %d bytes, %v; want the value whole", i, j, k, len(got), err)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if s := p.Stats(); s.OutputCuts != 0 || s.SharedFailures != 0 {
+		t.Errorf("cuts %d, shared failures %d; want none", s.OutputCuts, s.SharedFailures)
+	}
+	waitFor(t, "no reply waiting", func() bool { return p.Stats().OutputBytes == 0 })
 }
 
 // TestMuxRedisOutputLimitWarned: a Redis that limits its normal clients' replies

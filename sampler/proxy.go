@@ -75,12 +75,13 @@ type ProxyOptions struct {
 	// a password, a Redis that wants AUTH is not shared. The password is never logged.
 	UpstreamUsername, UpstreamPassword string
 	// MaxOutputBytes bounds the replies the proxy holds for its multiplexed clients
-	// together: replies Redis sent that a client has not read yet (a client that reads
-	// slower than Redis answers; the shared connection is drained at once, for every
-	// client's sake). Past it, the client holding the most is disconnected, with a
-	// warning naming it, as Redis disconnects a client of its own past its
-	// client-output-buffer-limit. Default 32 MiB; allowed 1 MiB to 1 GiB. The process's
-	// memory can reach about twice as much while the budget is full.
+	// together: replies Redis sent that a client has not read yet. Past it the proxy
+	// stops reading Redis's replies, which Redis keeps as it keeps a direct client's,
+	// until the clients have read half; if meanwhile they read less than an eighth of it
+	// in a second, the client holding the most is disconnected, with a warning naming it,
+	// so that a client that does not read holds up the others for a second at most.
+	// Default 16 MiB; allowed 1 MiB to 1 GiB. The process's memory can reach about twice
+	// as much while the budget is full.
 	MaxOutputBytes int
 	// Logger receives connection errors at debug level, accept errors and shared
 	// connections that fail at warn level, and an Upstream that reaches the proxy itself
@@ -100,7 +101,7 @@ const (
 	DefaultProxyDialTimeout   = 5 * time.Second
 	DefaultProxyMaxKeyBytes   = 512
 	DefaultProxyDrainTimeout  = 5 * time.Second
-	DefaultProxyMaxOutput     = 32 << 20
+	DefaultProxyMaxOutput     = 16 << 20
 )
 
 // proxyBatches is how many batch buffers a Proxy cycles through; when all are waiting
@@ -284,8 +285,9 @@ type ProxyStats struct {
 	// opened (Redis down, wanting AUTH, or refusing the configured credentials).
 	SharedFailures uint64
 	// OutputBytes is the replies waiting now for multiplexed clients to read them, as of
-	// the event loop's last turn; OutputCuts counts the clients disconnected because
-	// those passed MaxOutputBytes, each the client that held the most.
+	// the event loop's last turn; OutputCuts counts the clients disconnected because,
+	// with those past MaxOutputBytes, the clients read almost none for a second: each
+	// the client that held the most (see MaxOutputBytes).
 	OutputBytes int64
 	OutputCuts  uint64
 	// SchedBatch reports whether the proxy runs the process's threads as SCHED_BATCH
