@@ -930,9 +930,12 @@ func (l *muxLoop) resume() {
 func (l *muxLoop) cut() {
 	var worst *loopClient
 	for _, c := range l.clients {
-		if !c.closed && (worst == nil || c.backlog() > worst.backlog()) {
+		if !c.closed && c.backlog() > 0 && (worst == nil || c.backlog() > worst.backlog()) {
 			worst = c
 		}
+	}
+	if worst == nil {
+		return // nobody holds any: the clients read it all meanwhile
 	}
 	l.p.stats.outputCuts.Add(1)
 	l.p.log.Warn("proxy: client disconnected: the replies waiting for the tap's clients passed proxy.max_output_bytes, and for a second they read almost none of them while Redis kept the rest for all; it held the most",
