@@ -168,6 +168,29 @@ func muxDialErr(addr string) (*muxConn, error) {
 	return &muxConn{conn.(*net.TCPConn), bufio.NewReader(conn)}, nil
 }
 
+// muxClients runs n clients of addr at once, client i calling run on its own connection,
+// and reports each error run returns.
+func muxClients(t *testing.T, addr string, n int, run func(i int, c *muxConn) error) {
+	t.Helper()
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			c, err := muxDialErr(addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			errs <- run(i, c)
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // send writes s, failing the test when it cannot.
 func (c *muxConn) send(t testing.TB, s string) {
 	t.Helper()
@@ -1365,33 +1388,18 @@ func TestMuxClientsShareAuthCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	const clients = 20
-	errs := make(chan error, clients)
-	for i := range clients {
-		go func() {
-			errs <- func() error {
-				c, err := muxDialErr(addr)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				key := fmt.Sprintf("share:%d", i)
-				if _, err := io.WriteString(c, muxCmd("SET", key, "v")+muxCmd("GET", key)); err != nil {
-					return err
-				}
-				for _, want := range []string{muxOK, muxBulk("v")} {
-					if got, err := muxReadReply(c.r); err != nil || got != want {
-						return fmt.Errorf("client %d: got %q, %v; want %q", i, muxShort(got), err, want)
-					}
-				}
-				return nil
-			}()
-		}()
-	}
-	for range clients {
-		if err := <-errs; err != nil {
-			t.Error(err)
+	muxClients(t, addr, clients, func(i int, c *muxConn) error {
+		key := fmt.Sprintf("share:%d", i)
+		if _, err := io.WriteString(c, muxCmd("SET", key, "v")+muxCmd("GET", key)); err != nil {
+			return err
 		}
-	}
+		for _, want := range []string{muxOK, muxBulk("v")} {
+			if got, err := muxReadReply(c.r); err != nil || got != want {
+				return fmt.Errorf("client %d: got %q, %v; want %q", i, muxShort(got), err, want)
+			}
+		}
+		return nil
+	})
 	if checks := commandCalls(t, direct)["ping"] - before; checks < 1 || checks > clients/2 {
 		t.Errorf("checks for %d clients that came together: %d; want 1 to %d", clients, checks, clients/2)
 	}
@@ -1880,46 +1888,30 @@ func TestMuxLargeRepliesNotCut(t *testing.T) {
 	const budget = 2 << 20
 	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), MaxOutputBytes: budget})
 	addr := p.Addr().String()
-	const clients = 4
-	errs := make(chan error, clients)
-	for i := range clients {
-		go func() {
-			errs <- func() error {
-				c, err := muxDialErr(addr)
-				if err != nil {
+	muxClients(t, addr, 4, func(i int, c *muxConn) error {
+		keys := []string{"large:0", "large:1", "large:0", "large:1"}
+		if i%2 == 0 { // pipelined
+			var b strings.Builder
+			for _, k := range keys {
+				b.WriteString(muxCmd("GET", k))
+			}
+			if _, err := io.WriteString(c, b.String()); err != nil {
+				return err
+			}
+		}
+		for j, k := range keys {
+			if i%2 == 1 {
+				if _, err := io.WriteString(c, muxCmd("GET", k)); err != nil {
 					return err
 				}
-				defer c.Close()
-				keys := []string{"large:0", "large:1", "large:0", "large:1"}
-				if i%2 == 0 { // pipelined
-					var b strings.Builder
-					for _, k := range keys {
-						b.WriteString(muxCmd("GET", k))
-					}
-					if _, err := io.WriteString(c, b.String()); err != nil {
-						return err
-					}
-				}
-				for j, k := range keys {
-					if i%2 == 1 {
-						if _, err := io.WriteString(c, muxCmd("GET", k)); err != nil {
-							return err
-						}
-					}
-					got, err := muxReadReply(c.r)
-					if err != nil || got != muxBulk(values[k]) {
-						return fmt.Errorf("client %d, reply %d (%s): %d bytes, %v; want the value whole", i, j, k, len(got), err)
-					}
-				}
-				return nil
-			}()
-		}()
-	}
-	for range clients {
-		if err := <-errs; err != nil {
-			t.Error(err)
+			}
+			got, err := muxReadReply(c.r)
+			if err != nil || got != muxBulk(values[k]) {
+				return fmt.Errorf("client %d, reply %d (%s): %d bytes, %v; want the value whole", i, j, k, len(got), err)
+			}
 		}
-	}
+		return nil
+	})
 	if s := p.Stats(); s.OutputCuts != 0 || s.SharedFailures != 0 {
 		t.Errorf("cuts %d, shared failures %d; want none", s.OutputCuts, s.SharedFailures)
 	}
