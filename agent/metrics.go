@@ -312,7 +312,7 @@ func newProxyCollector(src proxyStatser) *proxyCollector {
 		pins:        prometheus.NewDesc("hotkeyd_proxy_pins_total", "Clients the proxy tap moved from the shared upstream connection to their own, by reason (command, malformed, too_large, auth).", []string{"reason"}, nil),
 		sharedFail:  prometheus.NewDesc("hotkeyd_proxy_shared_failures_total", "Shared upstream connections that failed or could not be opened (Redis down, wanting AUTH, or refusing proxy.upstream_password).", nil, nil),
 		batch:       prometheus.NewDesc("hotkeyd_proxy_sched_batch", "1 while the proxy tap runs hotkeyd's threads as SCHED_BATCH (proxy.sched_policy), 0 otherwise.", nil, nil),
-		outputCuts:  prometheus.NewDesc("hotkeyd_proxy_output_cuts_total", "Multiplexed clients the proxy tap disconnected because, with proxy.max_output_bytes of replies waiting, its clients read almost none for a second: each time the client holding the most.", nil, nil),
+		outputCuts:  prometheus.NewDesc("hotkeyd_proxy_output_cuts_total", "Multiplexed clients the proxy tap disconnected because the replies waiting for its clients stayed past proxy.max_output_bytes for a second, while every client of the shared connections waited: those holding the most.", nil, nil),
 		outputBytes: prometheus.NewDesc("hotkeyd_proxy_output_bytes", "Replies the proxy tap holds for multiplexed clients that have not read them yet, in bytes (about proxy.max_output_bytes at most: past it the tap stops reading Redis).", nil, nil),
 	}
 }

@@ -94,10 +94,10 @@ type Proxy struct {
 	SchedPolicy string `yaml:"sched_policy"`
 	// MaxOutputBytes bounds the reply bytes the proxy holds for its multiplexed clients
 	// together, replies Redis sent that a client has not read yet: past it the proxy
-	// stops reading Redis's replies until the clients have read half, and if for a
-	// second they read almost none, the client holding the most is disconnected, with a
-	// warning naming it. Default 16 MiB; allowed 1 MiB..1 GiB. The process's memory can
-	// reach about twice as much while the budget is full.
+	// stops reading Redis's replies until the clients have read half, and if that takes
+	// a second, the clients holding the most are disconnected, each with a warning naming
+	// it. Default 16 MiB; allowed 1 MiB..1 GiB. The process's memory can reach about
+	// twice as much while the budget is full.
 	MaxOutputBytes int `yaml:"max_output_bytes"`
 }
 

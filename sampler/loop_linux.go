@@ -57,8 +57,7 @@ type muxLoop struct {
 	outBytes  int             // the clients' replies waiting for room in their sockets, together (see deliver)
 	chunks    chunkPool       // for the clients' outQueues
 	paused    bool            // outBytes passed MaxOutputBytes: Redis's replies are not read (see pause)
-	pauseMark int             // outBytes at the last stall check
-	stall     *time.Timer     // while paused: sets stallDue and wakes the loop every stallEvery
+	stall     *time.Timer     // while paused: sets stallDue and wakes the loop once the pause lasted pauseLimit
 	stallDue  atomic.Bool
 	clients   map[int]*loopClient
 	throttled bool          // Redis is behind, or draining: clients' commands are not read
@@ -203,7 +202,7 @@ func (l *muxLoop) dial(i int) error {
 	u := &l.up[i]
 	u.fd, u.events = fd, syscall.EPOLLIN
 	if l.paused {
-		u.events = 0 // see pause
+		u.events = syscall.EPOLLRDHUP // see watchUp
 	}
 	if len(u.out) > 0 {
 		// Commands queued in the turn that gave up the last connection: send them
@@ -368,7 +367,7 @@ func (l *muxLoop) turn(n int) bool {
 			if ev.Events&syscall.EPOLLOUT != 0 {
 				l.flushUp(up)
 			}
-			replies = replies || ev.Events&(syscall.EPOLLIN|syscall.EPOLLERR|syscall.EPOLLHUP) != 0
+			replies = replies || ev.Events&(syscall.EPOLLIN|syscall.EPOLLERR|syscall.EPOLLHUP|syscall.EPOLLRDHUP) != 0
 		default:
 			c := l.clients[fd]
 			if c == nil || c.closed {
@@ -391,8 +390,8 @@ func (l *muxLoop) turn(n int) bool {
 	}
 	if replies {
 		for _, ev := range l.events[:n] {
-			// While paused, only a connection that failed is read: to its end.
-			if i := l.upstream(int(ev.Fd)); i >= 0 && ev.Events&(syscall.EPOLLERR|syscall.EPOLLHUP) != 0 ||
+			// While paused, only a connection that failed or Redis closed is read: to its end.
+			if i := l.upstream(int(ev.Fd)); i >= 0 && ev.Events&(syscall.EPOLLERR|syscall.EPOLLHUP|syscall.EPOLLRDHUP) != 0 ||
 				i >= 0 && !l.paused && ev.Events&syscall.EPOLLIN != 0 {
 				l.readUp(i)
 			}
@@ -743,9 +742,9 @@ func (l *muxLoop) watchUp(i int) bool {
 	if u.fd < 0 {
 		return false
 	}
-	var want uint32
-	if !l.paused {
-		want = syscall.EPOLLIN
+	want := uint32(syscall.EPOLLIN)
+	if l.paused {
+		want = syscall.EPOLLRDHUP // Redis closing it, which is read to its end at once
 	}
 	if len(u.out) > 0 {
 		want |= syscall.EPOLLOUT
@@ -880,22 +879,19 @@ func (c *loopClient) backlog() int { return c.out.len() }
 // a client's replies on a connection of the client's own, while the clients read what
 // the tap holds; resume starts again at half the budget. Without it a client that reads
 // slower than Redis answers, or several large replies at once, would pile the replies up
-// in the tap's memory. While paused, every stallEvery, checkStall disconnects the client
-// holding the most if the clients together read less than an eighth of the budget
-// meanwhile: one that does not read would otherwise hold up every client of the shared
-// connections, whose replies wait behind its own in Redis.
+// in the tap's memory. Clients reading at full speed make a pause last milliseconds.
+// But while paused every client of the shared connections waits, its replies behind the
+// slow one's in Redis: so a pause that lasts pauseLimit ends with checkStall cutting the
+// clients holding the most until half the budget is left.
 func (l *muxLoop) pause() {
-	l.paused, l.pauseMark = true, l.outBytes
+	l.paused = true
 	for i := range l.up {
 		l.watchUp(i)
 	}
 	l.throttle()
 	l.stallDue.Store(false)
-	l.stall = time.AfterFunc(stallEvery, l.stallTick)
+	l.stall = time.AfterFunc(l.p.pauseFor, l.stallTick)
 }
-
-// stallEvery is how often a paused loop checks that its clients read (see pause).
-const stallEvery = time.Second
 
 // stallTick runs on the timer's goroutine: it marks a stall check due and wakes the loop.
 func (l *muxLoop) stallTick() {
@@ -907,13 +903,13 @@ func (l *muxLoop) stallTick() {
 	l.mu.Unlock()
 }
 
-// checkStall is pause's check, run by the loop.
+// checkStall ends a pause that lasted pauseLimit (see pause), run by the loop.
 func (l *muxLoop) checkStall() {
-	if l.pauseMark-l.outBytes < l.p.maxOutput/8 {
-		l.cut()
+	for l.outBytes > l.p.maxOutput/2 {
+		if !l.cut() {
+			return
+		}
 	}
-	l.pauseMark = l.outBytes
-	l.stall.Reset(stallEvery)
 }
 
 // resume reads Redis's replies again (see pause).
@@ -926,8 +922,9 @@ func (l *muxLoop) resume() {
 	l.throttle()
 }
 
-// cut disconnects the client whose replies wait most (see pause).
-func (l *muxLoop) cut() {
+// cut disconnects the client whose replies wait most (see pause); false when none holds
+// any.
+func (l *muxLoop) cut() bool {
 	var worst *loopClient
 	for _, c := range l.clients {
 		if !c.closed && c.backlog() > 0 && (worst == nil || c.backlog() > worst.backlog()) {
@@ -935,12 +932,13 @@ func (l *muxLoop) cut() {
 		}
 	}
 	if worst == nil {
-		return // nobody holds any: the clients read it all meanwhile
+		return false
 	}
 	l.p.stats.outputCuts.Add(1)
-	l.p.log.Warn("proxy: client disconnected: the replies waiting for the tap's clients passed proxy.max_output_bytes, and for a second they read almost none of them while Redis kept the rest for all; it held the most",
+	l.p.log.Warn("proxy: client disconnected: the replies waiting for the tap's clients passed proxy.max_output_bytes, and for a second they did not read half of them while every client of the shared connections waited; it held the most",
 		"client", worst.addr(), "its_bytes", worst.backlog(), "max_output_bytes", l.p.maxOutput, "replies_owed", worst.owed)
 	l.drop(worst)
+	return true
 }
 
 // flushClient writes what c's socket had no room for.
@@ -1131,6 +1129,7 @@ func (l *muxLoop) shutdown() {
 		l.drop(c)
 	}
 	l.finish()
+	l.p.stats.outputBytes.Store(int64(l.outBytes)) // 0: nobody is left to hold any
 	l.closeFDs()
 }
 

@@ -1868,6 +1868,102 @@ func TestMuxSlowReaderCut(t *testing.T) {
 	}
 }
 
+// TestMuxSlowReaderHoldsNoOneUp: a client that reads, but slower than Redis answers
+// the large replies it pipelined, keeps the tap paused, and with it every client of the
+// shared connections; once a pause has lasted a second the client holding the most is
+// cut, so that the others go on. Another client is answered, rightly, after that.
+func TestMuxSlowReaderHoldsNoOneUp(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	value := strings.Repeat("w", 1<<20)
+	if err := direct.Set(ctx, "slowread:big", value, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const budget = 8 << 20
+	var logs logbuf.Buffer
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), MaxOutputBytes: budget,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	addr := p.Addr().String()
+	other := muxDial(t, addr)
+	other.expect(t, muxOK, "SET", "slowread:small", "s")
+	slow := muxDial(t, addr)
+	slow.send(t, strings.Repeat(muxCmd("GET", "slowread:big"), 64))
+	// It reads 16 KiB every 10 ms: 1.6 MB/s, while 64 MB are owed to it.
+	done := make(chan int64, 1)
+	go func() {
+		var n int64
+		buf := make([]byte, 16<<10)
+		for {
+			k, err := slow.Read(buf)
+			n += int64(k)
+			if err != nil {
+				done <- n
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	other.expect(t, muxBulk("s"), "GET", "slowread:small")
+	var read int64
+	select {
+	case read = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow reader was not cut within 30 s")
+	}
+	if s := p.Stats(); s.OutputCuts != 1 {
+		t.Errorf("cuts %d; want 1, the slow reader", s.OutputCuts)
+	}
+	if read >= int64(64*len(value)) {
+		t.Errorf("the slow reader read all %d bytes; want it cut before", read)
+	}
+	if !strings.Contains(logs.String(), "client="+slow.LocalAddr().String()) {
+		t.Errorf("log:\n%s\nwant a warning naming the slow reader", logs.String())
+	}
+	other.expect(t, muxBulk("s"), "GET", "slowread:small")
+	waitFor(t, "no reply waiting", func() bool { return p.Stats().OutputBytes == 0 })
+}
+
+// TestMuxRedisGoneWhilePaused: Redis stopping while the tap holds replies for a client
+// that does not read (and so has stopped reading Redis) is seen at once, not after the
+// pause's second: the clients owed replies are disconnected before any is cut, and the
+// held replies are let go.
+func TestMuxRedisGoneWhilePaused(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	if err := direct.Set(ctx, "gone:big", strings.Repeat("g", 1<<20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), MaxOutputBytes: 4 << 20})
+	sampler.SetPauseLimit(p, time.Minute) // so that nothing but Redis's going ends the pause
+	addr := p.Addr().String()
+	muxDial(t, addr).expect(t, "+PONG\r\n", "PING")
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	slow, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	if _, err := io.WriteString(slow, strings.Repeat(muxCmd("GET", "gone:big"), 64)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the budget to fill", func() bool { return p.Stats().OutputBytes > 2<<20 })
+	srv.Stop()
+	_ = slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, slow); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("reading the client owed replies to its end: %v; want its end", err)
+	}
+	if s := p.Stats(); s.OutputCuts != 0 {
+		t.Errorf("cuts %d; want 0: Redis's going, seen at once, ends the client first", s.OutputCuts)
+	}
+	waitFor(t, "no reply held", func() bool { return p.Stats().OutputBytes == 0 })
+}
+
 // TestMuxLargeRepliesNotCut: clients that read as fast as they can, fetching together
 // eight times MaxOutputBytes of large values at once, pipelined and not, are all served
 // whole and none is cut: past the budget the tap stops reading Redis, which keeps the

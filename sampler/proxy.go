@@ -77,9 +77,10 @@ type ProxyOptions struct {
 	// MaxOutputBytes bounds the replies the proxy holds for its multiplexed clients
 	// together: replies Redis sent that a client has not read yet. Past it the proxy
 	// stops reading Redis's replies, which Redis keeps as it keeps a direct client's,
-	// until the clients have read half; if meanwhile they read less than an eighth of it
-	// in a second, the client holding the most is disconnected, with a warning naming it,
-	// so that a client that does not read holds up the others for a second at most.
+	// until the clients have read half. Every client of the shared connections waits
+	// meanwhile, so if that takes a second, the clients holding the most are
+	// disconnected, each with a warning naming it, until half is left: a client that
+	// reads slowly, or not at all, holds up the others for a second at most.
 	// Default 16 MiB; allowed 1 MiB to 1 GiB. The process's memory can reach about twice
 	// as much while the budget is full.
 	MaxOutputBytes int
@@ -103,6 +104,11 @@ const (
 	DefaultProxyDrainTimeout  = 5 * time.Second
 	DefaultProxyMaxOutput     = 16 << 20
 )
+
+// pauseLimit is how long the clients of the event loop wait, while it holds
+// MaxOutputBytes of replies, before it cuts those holding the most (see MaxOutputBytes):
+// go-redis's read timeout is 3 s by default.
+const pauseLimit = time.Second
 
 // proxyBatches is how many batch buffers a Proxy cycles through; when all are waiting
 // for the Sink, new samples are dropped as DropOverload.
@@ -224,7 +230,8 @@ type Proxy struct {
 	source    string
 	sink      Sink
 	bufSize   int
-	maxOutput int // MaxOutputBytes
+	maxOutput int           // MaxOutputBytes
+	pauseFor  time.Duration // pauseLimit, or a test's: read by the loop's goroutine only after a pause begins
 	maxKey    int
 	interval  time.Duration
 	dialer    net.Dialer
@@ -285,9 +292,8 @@ type ProxyStats struct {
 	// opened (Redis down, wanting AUTH, or refusing the configured credentials).
 	SharedFailures uint64
 	// OutputBytes is the replies waiting now for multiplexed clients to read them, as of
-	// the event loop's last turn; OutputCuts counts the clients disconnected because,
-	// with those past MaxOutputBytes, the clients read almost none for a second: each
-	// the client that held the most (see MaxOutputBytes).
+	// the event loop's last turn; OutputCuts counts the clients disconnected because
+	// those stayed past MaxOutputBytes for a second (see MaxOutputBytes).
 	OutputBytes int64
 	OutputCuts  uint64
 	// SchedBatch reports whether the proxy runs the process's threads as SCHED_BATCH
@@ -406,6 +412,7 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 		sched:      o.SchedPolicy,
 		schedEvery: defaults.Or(o.SchedInterval, DefaultProxySchedInterval),
 		muxRetry:   muxRetry,
+		pauseFor:   pauseLimit,
 		conns:      make(map[*proxyConn]struct{}),
 		stop:       make(chan struct{}),
 		drainStart: make(chan struct{}),
