@@ -168,6 +168,41 @@ func muxDialErr(addr string) (*muxConn, error) {
 	return &muxConn{conn.(*net.TCPConn), bufio.NewReader(conn)}, nil
 }
 
+// redisWith starts a Redis holding the given keys and values.
+func redisWith(t *testing.T, values map[string]string) *redistest.Server {
+	t.Helper()
+	srv := redistest.Start(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer direct.Close()
+	for k, v := range values {
+		if err := direct.Set(context.Background(), k, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srv
+}
+
+// dialSmallBuffer connects to addr with a receive buffer of 4 KiB, as a client that reads
+// its replies slowly, or not at all, would leave them waiting; closed when the test ends.
+func dialSmallBuffer(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // muxClients runs n clients of addr at once, client i calling run on its own connection,
 // and reports each error run returns.
 func muxClients(t *testing.T, addr string, n int, run func(i int, c *muxConn) error) {
@@ -1787,14 +1822,8 @@ func pauseWrites(t *testing.T, ctx context.Context, direct *redis.Client) (unpau
 // in Redis for that second at most); the shared connection stays up; the warning names
 // the client cut.
 func TestMuxSlowReaderCut(t *testing.T) {
-	ctx := context.Background()
-	srv := redistest.Start(t)
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer direct.Close()
 	value := strings.Repeat("v", 256<<10)
-	if err := direct.Set(ctx, "slow:big", value, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	srv := redisWith(t, map[string]string{"slow:big": value})
 	const budget = 8 << 20
 	var logs logbuf.Buffer
 	p := startProxy(t, sampler.ProxyOptions{
@@ -1806,23 +1835,7 @@ func TestMuxSlowReaderCut(t *testing.T) {
 	fast.expect(t, muxOK, "SET", "slow:small", "s")
 
 	// Slow clients: small receive buffers, and they do not read.
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		if err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
-	dial := func() net.Conn {
-		c, err := d.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func() net.Conn { return dialSmallBuffer(t, addr) }
 	// The one holding less: 12 replies, 3 MiB, some of it in the sockets' buffers.
 	less := dial()
 	const lessGets = 12
@@ -1873,14 +1886,8 @@ func TestMuxSlowReaderCut(t *testing.T) {
 // shared connections; once a pause has lasted a second the client holding the most is
 // cut, so that the others go on. Another client is answered, rightly, after that.
 func TestMuxSlowReaderHoldsNoOneUp(t *testing.T) {
-	ctx := context.Background()
-	srv := redistest.Start(t)
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer direct.Close()
 	value := strings.Repeat("w", 1<<20)
-	if err := direct.Set(ctx, "slowread:big", value, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	srv := redisWith(t, map[string]string{"slowread:big": value})
 	const budget = 8 << 20
 	var logs logbuf.Buffer
 	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), MaxOutputBytes: budget,
@@ -1930,25 +1937,12 @@ func TestMuxSlowReaderHoldsNoOneUp(t *testing.T) {
 // pause's second: the clients owed replies are disconnected before any is cut, and the
 // held replies are let go.
 func TestMuxRedisGoneWhilePaused(t *testing.T) {
-	ctx := context.Background()
-	srv := redistest.Start(t)
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer direct.Close()
-	if err := direct.Set(ctx, "gone:big", strings.Repeat("g", 1<<20), 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	srv := redisWith(t, map[string]string{"gone:big": strings.Repeat("g", 1<<20)})
 	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), MaxOutputBytes: 4 << 20})
 	sampler.SetPauseLimit(p, time.Minute) // so that nothing but Redis's going ends the pause
 	addr := p.Addr().String()
 	muxDial(t, addr).expect(t, "+PONG\r\n", "PING")
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-	}}
-	slow, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close()
+	slow := dialSmallBuffer(t, addr)
 	if _, err := io.WriteString(slow, strings.Repeat(muxCmd("GET", "gone:big"), 64)); err != nil {
 		t.Fatal(err)
 	}
@@ -1969,18 +1963,8 @@ func TestMuxRedisGoneWhilePaused(t *testing.T) {
 // whole and none is cut: past the budget the tap stops reading Redis, which keeps the
 // rest as it would for clients of its own, until the clients have read what it holds.
 func TestMuxLargeRepliesNotCut(t *testing.T) {
-	ctx := context.Background()
-	srv := redistest.Start(t)
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer direct.Close()
-	values := map[string]string{}
-	for i, size := range []int{3 << 20, 5 << 20} {
-		key := fmt.Sprintf("large:%d", i)
-		values[key] = strings.Repeat(string(rune('a'+i)), size)
-		if err := direct.Set(ctx, key, values[key], 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	values := map[string]string{"large:0": strings.Repeat("a", 3<<20), "large:1": strings.Repeat("b", 5<<20)}
+	srv := redisWith(t, values)
 	const budget = 2 << 20
 	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), MaxOutputBytes: budget})
 	addr := p.Addr().String()
