@@ -907,6 +907,7 @@ func (l *muxLoop) stallTick() {
 func (l *muxLoop) checkStall() {
 	for l.outBytes > l.p.maxOutput/2 {
 		if !l.cut() {
+			l.resume() // nobody holds any: nothing to wait for
 			return
 		}
 	}
