@@ -40,10 +40,10 @@ type UDPOptions struct {
 	// Required. Accept is called from several reader goroutines at once.
 	Sink Sink
 	// Logger receives, at warn level, the first datagram dropped as malformed, too large
-	// (in bytes or in samples) or without the token, with the sender's address, the source when the header got
-	// that far, and why; then at most one such line a minute, with the number of
-	// datagrams dropped since the line before. With its debug level on, every other
-	// dropped datagram is logged at debug level. Default: none.
+	// (in bytes or in samples) or without the token, with the sender's address, the
+	// source when the header got that far, and why; then at most one such line a minute,
+	// with the number of datagrams dropped since the line before. With its debug level
+	// on, every other dropped datagram is logged at debug level. Default: none.
 	Logger *slog.Logger
 }
 
