@@ -238,7 +238,7 @@ const (
 	redisClientQueryBufLimit = 1 << 30   // client-query-buffer-limit
 )
 
-// redisLimits are the limits of Redis that the loop applies to its clients.
+// redisLimits are the limits of Redis that the loop heeds.
 type redisLimits struct {
 	// maxCmd is the longest command Redis takes from a client: the lower of
 	// proto-max-bulk-len (a longer bulk string is a protocol error) and
@@ -268,16 +268,10 @@ func (p *Proxy) redisLimits(conn net.Conn) (redisLimits, error) {
 	}{
 		{"proto-max-bulk-len", redisProtoMaxBulkLen},
 		{"client-query-buffer-limit", redisClientQueryBufLimit},
-		{"client-output-buffer-limit", 0},
 	} {
 		reply, err := roundTrip(conn, "CONFIG GET", encodeCommand("CONFIG", "GET", param.name))
 		if err != nil {
 			return redisLimits{}, err
-		}
-		if param.name == "client-output-buffer-limit" {
-			s, _ := configString(reply)
-			lim.maxOut, _ = normalHardLimit(s) // 0, none, when not given
-			continue
 		}
 		v, ok := configValue(reply)
 		if !ok {
@@ -285,6 +279,12 @@ func (p *Proxy) redisLimits(conn net.Conn) (redisLimits, error) {
 		}
 		lim.maxCmd = min(lim.maxCmd, v)
 	}
+	reply, err := roundTrip(conn, "CONFIG GET", encodeCommand("CONFIG", "GET", "client-output-buffer-limit"))
+	if err != nil {
+		return redisLimits{}, err
+	}
+	s, _ := configString(reply)
+	lim.maxOut, _ = normalHardLimit(s) // 0, none, when not given
 	_ = conn.SetDeadline(time.Time{})
 	return lim, nil
 }

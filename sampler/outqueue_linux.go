@@ -68,7 +68,9 @@ func (q *outQueue) front() []byte {
 func (q *outQueue) consume(n int, pool *chunkPool) {
 	q.n -= n
 	q.off += n
-	for len(q.chunks) > 0 && q.off == len(q.chunks[0]) && (q.off == cap(q.chunks[0]) || q.n == 0) {
+	// A chunk read to its end is done with: only the last is not full, and when it is
+	// read to its end nothing waits.
+	for len(q.chunks) > 0 && q.off == len(q.chunks[0]) {
 		pool.put(q.chunks[0])
 		q.chunks[0] = nil
 		q.chunks = q.chunks[1:]
