@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle("GET /v1/plan/overrides", overrides)
 	mux.Handle("POST /v1/plan/overrides", a.mutating("/v1/plan/overrides", overrides))
 	mux.Handle("DELETE /v1/plan/overrides/{key...}", a.mutating("/v1/plan/overrides/{key}", overrides))
+	mux.Handle("DELETE /v1/plan/overrides", a.mutating("/v1/plan/overrides/{key}", overrides)) // key missing: 400
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{Registry: a.opts.Registry}))
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /readyz", a.readyz)
@@ -67,6 +69,8 @@ func (j jsonErrors) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// connection (a handler called directly) there is none to set.
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(j.bodyTimeout))
 	}
+	r = literalKey(r)
+	w = &noRedirect{ResponseWriter: w, r: r}
 	h, pattern := j.mux.Handler(r)
 	if pattern != "" {
 		j.mux.ServeHTTP(w, r) // sets the path values that h reads
@@ -85,6 +89,66 @@ func (j jsonErrors) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		j.mux.ServeHTTP(w, r)
 	}
 }
+
+// keyPrefixes are the paths whose rest, to the end, is a key.
+var keyPrefixes = [...]string{"/v1/keys/", "/v1/plan/overrides/"}
+
+// literalKey lets a key name itself in the path whatever it holds: the mux cleans a path
+// before it routes it, and would send /v1/keys/page:https://ex.com/a (slashes unescaped)
+// to /v1/keys/page:https:/ex.com/a, another key. The rest of a key route's path is
+// escaped whole, dots too, so that the mux reads back the key as it was sent.
+func literalKey(r *http.Request) *http.Request {
+	esc := r.URL.EscapedPath()
+	for _, prefix := range keyPrefixes {
+		rest, ok := strings.CutPrefix(esc, prefix)
+		if !ok {
+			continue
+		}
+		key, err := url.PathUnescape(rest)
+		if err != nil {
+			return r
+		}
+		u := *r.URL
+		u.Path = prefix + key
+		u.RawPath = prefix + strings.ReplaceAll(url.PathEscape(key), ".", "%2E")
+		r2 := *r
+		r2.URL = &u
+		return &r2
+	}
+	return r
+}
+
+// noRedirect answers the mux's redirects — to a path's clean form (//v1/topk), or to the
+// path with a slash added (GET /v1/keys) — as a 404 in the API's error format: a client
+// that follows one may ask for another key, or see a DELETE do nothing. No handler of
+// the API redirects.
+type noRedirect struct {
+	http.ResponseWriter
+	r       *http.Request
+	dropped bool // the redirect's body
+}
+
+func (n *noRedirect) WriteHeader(status int) {
+	switch status {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		to := n.Header().Get("Location")
+		n.Header().Del("Location")
+		n.dropped = true
+		writeError(n.ResponseWriter, http.StatusNotFound, fmt.Sprintf("path %q: no such endpoint for %s; the agent does not redirect, and the nearest path is %q; see docs/api.md", n.r.URL.Path, n.r.Method, to))
+		return
+	}
+	n.ResponseWriter.WriteHeader(status)
+}
+
+func (n *noRedirect) Write(b []byte) (int, error) {
+	if n.dropped {
+		return len(b), nil
+	}
+	return n.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.NewResponseController the writer underneath.
+func (n *noRedirect) Unwrap() http.ResponseWriter { return n.ResponseWriter }
 
 // headerRecorder keeps the header and status a handler writes and drops its body.
 type headerRecorder struct {

@@ -139,7 +139,7 @@ func TestOptions(t *testing.T) {
 		{"/v1/samples", "POST"},
 		{"/v1/registry", "GET, HEAD, POST"},
 		{"/v1/registry/e", "DELETE, GET, HEAD, PUT"},
-		{"/v1/plan/overrides", "DELETE, GET, HEAD, POST"}, // DELETE: redirected to /v1/plan/overrides/, key ""
+		{"/v1/plan/overrides", "DELETE, GET, HEAD, POST"}, // DELETE without a key: 400
 		{"/v1/plan/overrides/k", "DELETE"},
 		{"/metrics", "GET, HEAD"},
 	} {

@@ -416,6 +416,10 @@ func (a *Agent) overrides(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusCreated, map[string]any{"overrides": a.planner.Overrides()})
 	case http.MethodDelete:
 		key := r.PathValue("key")
+		if key == "" { // no override has the empty key: Pin refuses it
+			writeError(w, http.StatusBadRequest, "key: missing; DELETE /v1/plan/overrides/{key} clears one key's overrides (escape the key as in /v1/keys/{key}); GET /v1/plan/overrides lists them")
+			return
+		}
 		n := a.planner.Clear(key)
 		if n == 0 {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("key %q has no override", key))
