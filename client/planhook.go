@@ -570,18 +570,22 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 		c.invalidate(ix, w.keys)
 		return err
 	}
+	// The L1 is invalidated before the write and again once the copies are settled: an
+	// L1 load reads a copy, and one that began before the copies took the write (or before
+	// the key was marked to be read from the original) would otherwise keep the old value
+	// after the write returned.
 	if !w.mirrorable {
 		// Goes to the original only; this client reads those keys from the original
 		// until the next plan, and the agent's refresh brings the copies up to date.
 		c.invalidate(ix, w.keys)
 		err := next(ctx, cmd)
-		c.invalidate(ix, w.keys)
 		for _, key := range w.keys {
 			if kp := ix.lookup(key); kp != nil && kp.split(now) {
 				c.unmirrored.Add(1)
 				kp.markUnmirrored()
 			}
 		}
+		c.invalidate(ix, w.keys)
 		return err
 	}
 	key := w.keys[0]
@@ -593,8 +597,8 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 	defer st.unlock()
 	c.invalidate(ix, w.keys)
 	err := next(ctx, cmd)
-	c.invalidate(ix, w.keys)
 	c.afterWrite(ctx, key, split, err)
+	c.invalidate(ix, w.keys)
 	return err
 }
 

@@ -82,13 +82,14 @@ func (r *splitRig) waitVersion(tb testing.TB) {
 	}
 }
 
-// split publishes the Copies entry and has the executor write the copies.
-func (r *splitRig) split(tb testing.TB) {
+// split publishes the Copies entry, with the extra entries given, and has the executor
+// write the copies.
+func (r *splitRig) split(tb testing.TB, extra ...mitigate.Entry) {
 	tb.Helper()
-	e := copiesEntry(r.key, r.names, time.Minute)
-	r.ps.publish(e)
+	entries := append([]mitigate.Entry{copiesEntry(r.key, r.names, time.Minute)}, extra...)
+	r.ps.publish(entries...)
 	r.ver++
-	p := mitigate.Plan{Version: r.ver, Generated: planNow, Primaries: 3, Entries: []mitigate.Entry{e}}
+	p := mitigate.Plan{Version: r.ver, Generated: planNow, Primaries: 3, Entries: entries}
 	if err := r.exec.Apply(context.Background(), p); err != nil {
 		tb.Fatalf("executor Apply: %v", err)
 	}
@@ -269,5 +270,72 @@ func TestCopiesStaleCheckCatches(t *testing.T) {
 	}
 	if n := staleReads(floor); n != 0 {
 		t.Errorf("%d stale reads after a write through the SDK; want 0", n)
+	}
+}
+
+// copyHook calls during when a pipeline that writes a copy (RESTORE) is about to go out,
+// once per arming.
+type copyHook struct {
+	armed  atomic.Bool
+	during func(ctx context.Context)
+}
+
+func (h *copyHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *copyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *copyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == "restore" && h.armed.CompareAndSwap(true, false) {
+				h.during(ctx)
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestSplitL1ReadsOwnWrite: a key both split and under L1 (the plan gives a read-hot key
+// both). A GET that misses the L1 while a write of the key is copying the original to the
+// copies loads the old value from a copy; once the write has returned, this client must
+// not serve that value (client/doc.go: a read that starts after a write through this
+// client has returned sees that write or a later one). The SDK cached it for the L1's TTL.
+func TestSplitL1ReadsOwnWrite(t *testing.T) {
+	r := newSplitRig(t)
+	r.split(t, l1Entry(r.key, time.Minute, time.Minute))
+	ctx := context.Background()
+	loaded := make(chan string, 1)
+	h := &copyHook{during: func(context.Context) { // the SDK's own context: not the app's
+		// Another goroutine of the app, between the write of the original and of the
+		// copies: the write's first invalidation has dropped the L1's value.
+		done := make(chan string)
+		go func() {
+			v, err := r.rdb.Get(ctx, r.key).Result()
+			if err != nil {
+				v = err.Error()
+			}
+			done <- v
+		}()
+		loaded <- <-done
+	}}
+	r.rdb.AddHook(h)
+	if v, err := r.rdb.Get(ctx, r.key).Result(); err != nil || v != "1" {
+		t.Fatalf("GET before the write: %q, %v; want 1", v, err)
+	}
+	h.armed.Store(true)
+	if err := r.rdb.Set(ctx, r.key, "2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-loaded:
+		if v != "1" {
+			t.Fatalf("the GET during the copying read %q; want the old copy's 1 (the test no longer sets up the race)", v)
+		}
+	default:
+		t.Fatal("the write's copies were not written through a pipeline with RESTORE: the hook never ran")
+	}
+	for i := range 3 {
+		if v, err := r.rdb.Get(ctx, r.key).Result(); err != nil || v != "2" {
+			t.Fatalf("GET %d after SET 2 returned: %q, %v; want 2", i, v, err)
+		}
 	}
 }
