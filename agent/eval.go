@@ -108,8 +108,12 @@ func countHot(levels []detector.Level) int {
 }
 
 // loop evaluates the window every tick until ctx ends; meanwhile a goroutine of its own
-// reads the registry (checkRegistry).
+// reads the registry (checkRegistry). The registry's first read comes before the first
+// tick, and is waited for (a second at most): an agent started while a key was hot would
+// otherwise plan the table's choice for it before knowing that an event lists other
+// kinds, and keep that entry for min_active.
 func (a *Agent) loop(ctx context.Context) {
+	a.refreshIndex(ctx, a.now())
 	kick := make(chan time.Time, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() { a.followRegistry(ctx, kick) })

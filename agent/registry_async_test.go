@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/hotkeyd/hotkeyd/internal/logbuf"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
+	"github.com/hotkeyd/hotkeyd/mitigate"
 	"github.com/hotkeyd/hotkeyd/registry"
+	"github.com/hotkeyd/hotkeyd/sampler"
 )
 
 // timedStore is a registry store that records when each Version call began and, once
@@ -117,5 +120,72 @@ func TestRegistryReadCutByStopNotWarned(t *testing.T) {
 	a.refreshIndex(context.Background(), c.now())
 	if s := logs.String(); !strings.Contains(s, "registry: reading the version") {
 		t.Errorf("a failing store was not reported:\n%s", s)
+	}
+}
+
+// slowList is a registry store whose first List takes delay: a Redis store read at start
+// while Redis is busy.
+type slowList struct {
+	registry.Store
+	delay time.Duration
+	once  sync.Once
+}
+
+func (s *slowList) List(ctx context.Context) ([]registry.Event, error) {
+	s.once.Do(func() { time.Sleep(s.delay) })
+	return s.Store.List(ctx)
+}
+
+// TestRegistryLoadedBeforeFirstPlan: an agent that starts while a key an event lists
+// mitigations for is already hot plans the event's kinds only. The first evaluation ran
+// before the registry's first read had ended, and the table's choice for the key (here,
+// batching the write-hot counter that the event arms L1 for instead) went into the plan
+// and stayed for min_active: a minute of what the operator had left out on purpose.
+func TestRegistryLoadedBeforeFirstPlan(t *testing.T) {
+	ctx := context.Background()
+	mem := registry.NewMemory(registry.MemoryOptions{})
+	now := time.Now()
+	if _, err := mem.Create(ctx, registry.Event{ID: "ev", Patterns: []string{"ev:ctr"},
+		Start: now.Add(-time.Minute), End: now.Add(time.Hour), Mitigations: []string{"l1"}}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Options{HTTPListen: "127.0.0.1:0", UDPListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler),
+		Events: &slowList{Store: mem, delay: 500 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feedCounter := func() {
+		s := sampler.Sample{Key: []byte("ev:ctr"), Op: sampler.OpWrite, Counter: true}
+		a.Accept(sampler.Batch{Source: "t", Rate: 0.01, FollowsPlan: true, Samples: slices.Repeat([]sampler.Sample{s}, 20)})
+	}
+	feedCounter() // hot from the first tick
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	kinds := func() []mitigate.Kind {
+		var ks []mitigate.Kind
+		for _, e := range a.planner.Active() {
+			if e.Key == "ev:ctr" {
+				ks = append(ks, e.Kind)
+			}
+		}
+		return ks
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Contains(kinds(), mitigate.L1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no L1 for ev:ctr in 10 s; the plan has %v for it", kinds())
+		}
+		feedCounter()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := kinds(); !slices.Equal(got, []mitigate.Kind{mitigate.L1}) {
+		t.Errorf("the plan has %v for ev:ctr; want only what its event lists, [l1]", got)
 	}
 }
