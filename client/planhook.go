@@ -338,7 +338,7 @@ func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next r
 	}
 	c.invalidate(ix, keys)
 	err := next(ctx, cmds)
-	c.invalidate(ix, keys)
+	defer c.invalidate(ix, keys) // once the copies took the writes, as in process
 	for _, w := range toCopy {
 		st := c.stripe(w.key)
 		if st.lock(ctx) != nil {

@@ -298,8 +298,26 @@ func (h *copyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // both). A GET that misses the L1 while a write of the key is copying the original to the
 // copies loads the old value from a copy; once the write has returned, this client must
 // not serve that value (client/doc.go: a read that starts after a write through this
-// client has returned sees that write or a later one). The SDK cached it for the L1's TTL.
+// client has returned sees that write or a later one). The SDK cached it for the L1's TTL,
+// after a single command and after a plain pipeline alike.
 func TestSplitL1ReadsOwnWrite(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		set  func(r *splitRig) error
+	}{
+		{"command", func(r *splitRig) error { return r.rdb.Set(context.Background(), r.key, "2", 0).Err() }},
+		{"pipeline", func(r *splitRig) error {
+			_, err := r.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+				return p.Set(context.Background(), r.key, "2", 0).Err()
+			})
+			return err
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) { testSplitL1ReadsOwnWrite(t, tt.set) })
+	}
+}
+
+func testSplitL1ReadsOwnWrite(t *testing.T, set func(r *splitRig) error) {
 	r := newSplitRig(t)
 	r.split(t, l1Entry(r.key, time.Minute, time.Minute))
 	ctx := context.Background()
@@ -322,7 +340,7 @@ func TestSplitL1ReadsOwnWrite(t *testing.T) {
 		t.Fatalf("GET before the write: %q, %v; want 1", v, err)
 	}
 	h.armed.Store(true)
-	if err := r.rdb.Set(ctx, r.key, "2", 0).Err(); err != nil {
+	if err := set(r); err != nil {
 		t.Fatal(err)
 	}
 	select {
