@@ -695,6 +695,7 @@ func (c *Client) readCopy(ctx context.Context, cmd redis.Cmder, names []string, 
 	}
 	c.copyFallbacks.Add(1)
 	cmd.SetErr(nil)
+	forgetSlot(cmd) // routed by the copy's name: route it by the original's
 	return next(ctx, cmd)
 }
 

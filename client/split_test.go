@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -355,5 +356,48 @@ func testSplitL1ReadsOwnWrite(t *testing.T, set func(r *splitRig) error) {
 		if v, err := r.rdb.Get(ctx, r.key).Result(); err != nil || v != "2" {
 			t.Fatalf("GET %d after SET 2 returned: %q, %v; want 2", i, v, err)
 		}
+	}
+}
+
+// TestCopyFallbackRoutesToOriginal: a read of a copy that misses is repeated on the
+// original (client/doc.go). go-redis keeps the slot it routed a command by in the
+// command, so the repeat went to the copy's node again, which answered MOVED: a round
+// trip more per fallback, and, with that node down, its error instead of the value.
+func TestCopyFallbackRoutesToOriginal(t *testing.T) {
+	r := newSplitRig(t)
+	r.split(t)
+	ctx := context.Background()
+	for _, name := range r.names { // every copy read misses
+		if err := r.plain.Del(ctx, name).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved := func() int {
+		n := 0
+		for _, s := range r.cl.Nodes() {
+			info, err := redistest.Command(s.Addr(), "", "INFO", "errorstats")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_MOVED:count="); ok {
+					c, _ := strconv.Atoi(v)
+					n += c
+				}
+			}
+		}
+		return n
+	}
+	before, fallbacks := moved(), r.c.Stats().Copies.Fallbacks
+	for i := range 30 {
+		if v, err := r.rdb.Get(ctx, r.key).Result(); err != nil || v != "1" {
+			t.Fatalf("GET %d with the copies gone: %q, %v; want 1 from the original", i, v, err)
+		}
+	}
+	if n := r.c.Stats().Copies.Fallbacks - fallbacks; n != 30 {
+		t.Fatalf("%d of 30 GETs fell back to the original; want 30 (stats %+v)", n, r.c.Stats().Copies)
+	}
+	if n := moved() - before; n != 0 {
+		t.Errorf("30 fallbacks to the original met %d MOVED replies; want 0: each should go to the original's node", n)
 	}
 }
