@@ -89,7 +89,7 @@ type CopyStats struct {
 	Mirrors, MirrorErrors uint64
 	// Unmirrored are writes the client could not mirror (multi-key writes, MULTI/EXEC,
 	// scripts, blocking pops, unknown commands): the key's reads went back to the
-	// original until the next plan.
+	// original until a repair had copied the original to the copies.
 	Unmirrored uint64
 	// Repairs count the copies brought up to date in the background after a write whose
 	// outcome was unknown or whose copying failed (counted in MirrorErrors), which
@@ -243,8 +243,8 @@ func Attach(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	c.follower = &follower{
 		url:  u.JoinPath("/v1/plan").String(),
 		wait: wait, now: opts.Now, log: log, min: backoffMin, max: backoffMax,
-		http:   &http.Client{Transport: c.transport, Timeout: wait + 10*time.Second},
-		onPlan: c.onPlan,
+		http:    &http.Client{Transport: c.transport, Timeout: wait + 10*time.Second},
+		prepare: carryMarks, onPlan: c.onPlan,
 	}
 	if c.reg != nil {
 		c.metrics = newCollector(c)
@@ -370,8 +370,9 @@ func (c *Client) reporterClose() {
 
 // onPlan runs in the follower's goroutine for each new plan: it drops L1 values of keys
 // the plan no longer caches.
-func (c *Client) onPlan(ix *planIndex) {
+func (c *Client) onPlan(old, ix *planIndex) {
 	c.firstOnce.Do(func() { close(c.first) })
+	c.carryRepairs(old, ix)
 	c.counter.onPlan(ix)
 	c.l1.retain(func(key string) bool {
 		k := ix.keys[key]

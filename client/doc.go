@@ -73,18 +73,24 @@
 // the SDK reach the copies only by that refresh. A write the client cannot mirror safely
 // — a multi-key write touching a split key (MSET, DEL a b, RENAME, …), MULTI/EXEC,
 // scripts (EVAL, FCALL), blocking pops, unknown commands naming the key — goes to the
-// original only, and this client reads the key from the original until the next plan
-// version (at most the agent's renewal period, 30s by default). A write whose outcome is
-// unknown (a timeout, a broken connection) or whose copying failed turns the key's copy
-// reads off too, since the copies may be older than the original, but only until a
-// repair in the background (one per key, 50ms doubling to 2s between attempts, ended by
-// Close or a new plan) has copied the original, as it is then, to the copies: it holds
+// original only. It, and a write whose outcome is unknown (a timeout, a broken
+// connection) or whose copying failed, turns the key's copy reads off in this client,
+// since the copies may be older than the original, until a repair in the background
+// (one per key, 50ms doubling to 2s between attempts, ended by Close or the end of the
+// copies' lease; a new plan version carries the mark and the repair over, renamed copies
+// included) has copied the original, as it is then, to the copies: it holds
 // the key's stripe from reading the original to writing the copies, so a write made
 // meanwhile is mirrored after it, and a write marked unknown after the repair began
 // keeps the reads off until another repair. Reads thus never return a value older than
 // one a read of the original returned after the write, except when the write itself
 // reaches Redis after the repair's commands, sent after it failed (a command delayed in
-// the network, not queued in the server). In a plain pipeline, reads go to
+// the network, not queued in the server). A plan that starts splitting a key, or
+// renames its copies, reaches the agent's executor, which writes the copies, and the
+// clients at about the same time: a write that this client made under the plan before
+// and that was under way when the new plan came turns copy reads off until a repair, as
+// above, but one that ended before it, after the agent had written the copies, reaches
+// them only with the agent's refresh (mitigate.copy_refresh, 1s by default), and reads
+// of the copies may return the older value until then. In a plain pipeline, reads go to
 // the original and single-key writes are mirrored after the pipeline. On a connection in
 // MULTI or with keys watched (a Conn, or the Tx of Client.Watch or ClusterClient.Watch),
 // every read goes to Redis and to the original, never to L1 or a copy. A write of a

@@ -59,7 +59,7 @@ type keyPlan struct {
 	copies      []string // names of the copies; nil: none
 	copiesUntil time.Time
 	// copyState says whether this client's reads of the key may go to its copies (see
-	// the copy* bits): they may while neither copyUnsure nor copyUnmirrored is set.
+	// the copy* bits): they may while copyUnsure is not set.
 	copyState atomic.Uint64
 
 	// Entries of the other kinds (sharded and batched counters), kept for the Counter
@@ -75,21 +75,15 @@ type leasedEntry struct {
 
 // Bits of keyPlan.copyState.
 const (
-	// copyUnsure: a write's outcome is unknown (a timeout, a broken connection) or its
-	// copying failed, so the copies may be older than the original. Reads go to the
+	// copyUnsure: the copies may be older than the original: a write's outcome is
+	// unknown (a timeout, a broken connection), its copying failed, or it was a write the
+	// client cannot mirror (a multi-key write, a script, MULTI/EXEC…). Reads go to the
 	// original until a repair (Client.repair) has copied the original to the copies.
 	copyUnsure = 1
-	// copyUnmirrored: this client wrote the key with a command it cannot mirror (a
-	// multi-key write, MULTI/EXEC, a script…). Reads go to the original until the next
-	// plan: a repair cannot end it, since a write queued in MULTI runs at EXEC, later.
-	copyUnmirrored = 2
 	// copyGen is the unit of the count of unsure marks, in the bits above: a repair
 	// clears copyUnsure only when no write was marked unsure since it began.
-	copyGen = 4
+	copyGen = 2
 )
-
-// markUnmirrored turns the key's copy reads off until the next plan.
-func (k *keyPlan) markUnmirrored() { k.copyState.Or(copyUnmirrored) }
 
 // markUnsure turns the key's copy reads off until a repair that begins after it ends,
 // and reports whether they were on as far as unsure marks go (a new episode).
@@ -113,15 +107,16 @@ func (k *keyPlan) l1(now time.Time) time.Duration {
 
 // readCopies returns the copies reads may go to, nil when none.
 func (k *keyPlan) readCopies(now time.Time) []string {
-	if k.copies != nil && now.Before(k.copiesUntil) && k.copyState.Load()&(copyUnsure|copyUnmirrored) == 0 {
+	if k.copies != nil && now.Before(k.copiesUntil) && k.copyState.Load()&copyUnsure == 0 {
 		return k.copies
 	}
 	return nil
 }
 
-// split reports whether writes of the key must reach its copies.
+// split reports whether writes of the key must reach its copies (false for nil: the key
+// has no plan).
 func (k *keyPlan) split(now time.Time) bool {
-	return k.copies != nil && now.Before(k.copiesUntil)
+	return k != nil && k.copies != nil && now.Before(k.copiesUntil)
 }
 
 // leased returns the key's enforced entry of a kind whose lease has not run out, with
@@ -196,13 +191,15 @@ func (p *planIndex) live(now time.Time) int {
 
 // follower long-polls the agent for the plan and publishes each new one.
 type follower struct {
-	url      string // …/v1/plan
-	wait     time.Duration
-	http     *http.Client
-	now      func() time.Time
-	log      *slog.Logger
-	onPlan   func(*planIndex) // called in the follower's goroutine with each new plan
-	min, max time.Duration    // backoff
+	url  string // …/v1/plan
+	wait time.Duration
+	http *http.Client
+	now  func() time.Time
+	log  *slog.Logger
+	// Called in the follower's goroutine with each new plan and the one it replaces (nil
+	// for the first): prepare before the new one is published, onPlan after.
+	prepare, onPlan func(old, ix *planIndex)
+	min, max        time.Duration // backoff
 
 	cur                      atomic.Pointer[planIndex]
 	fetches, updates, errors atomic.Uint64
@@ -371,11 +368,14 @@ func (f *follower) poll(ctx context.Context) (changed bool, err error) {
 		return false, errors.New("the agent answered with the plan it was asked to wait past")
 	}
 	ix := newPlanIndex(p, f.now())
+	if f.prepare != nil {
+		f.prepare(cur, ix)
+	}
 	f.cur.Store(ix)
 	f.updates.Add(1)
 	f.took(ix)
 	if f.onPlan != nil {
-		f.onPlan(ix)
+		f.onPlan(cur, ix)
 	}
 	return true, nil
 }

@@ -68,9 +68,9 @@ func TestPlanIndex(t *testing.T) {
 	if a.readCopies(at(20*time.Second)) != nil || a.split(at(20*time.Second)) {
 		t.Error("copies still applied after their lease")
 	}
-	a.markUnmirrored()
+	a.markUnsure()
 	if a.readCopies(at(time.Second)) != nil || !a.split(at(time.Second)) {
-		t.Error("unmirrored: reads must go to the original, writes still to the copies")
+		t.Error("unsure: reads must go to the original, writes still to the copies")
 	}
 	if e, ok := ix.leased("likes", mitigate.BatchedCounter, at(9*time.Second)); !ok || e.FlushInterval != batched.FlushInterval {
 		t.Errorf("leased batched counter: %+v, %v; want the entry", e, ok)

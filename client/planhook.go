@@ -85,8 +85,21 @@ func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return c.processSession(c.applied(ctx), cmd, &sess, next)
 		}
 		ix := c.follower.cur.Load()
-		if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 || c.closed.Load() || isInternal(ctx) {
+		if c.closed.Load() || isInternal(ctx) {
 			return next(ctx, cmd)
+		}
+		if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 {
+			err := next(ctx, cmd)
+			if c.follower.cur.Load() != ix { // a plan came during the command
+				if p == nil {
+					pc := c.parse(cmd, buf[:0])
+					p = &pc
+				}
+				if p.w.write {
+					c.splitMeanwhile(ix, p.w.keys)
+				}
+			}
+			return err
 		}
 		return c.process(ctx, cmd, ix, next, p)
 	}
@@ -99,7 +112,7 @@ func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // (ForEachShard, MasterForKey). It applies the rules of a transaction on a plain
 // Client: writes drop the L1 values of their keys before and after, and are mirrored
 // to the copies as process and ProcessPipelineHook do, or turn the key's copy reads off
-// until the next plan (inside MULTI); reads go to the node, never to L1 or a copy.
+// until a repair (inside MULTI); reads go to the node, never to L1 or a copy.
 //
 // Every ordinary command of the ClusterClient passes a node client's hooks too, after
 // the plan hook: the node hook passes through those the plan hook marked (applied:
@@ -196,7 +209,8 @@ func isRead(name string) bool {
 // at EXEC) or WATCH (EXEC fails if a watched original changed). Reads there go to the
 // original: L1 would answer a queued GET without queuing it, and neither L1 nor a copy
 // is what WATCH guards. A split key written inside MULTI is not mirrored (the write
-// happens at EXEC): this client reads it from the original until the next plan.
+// happens at EXEC): from EXEC, this client reads it from the original until a repair
+// has copied the original to the copies.
 type session struct {
 	multi  atomic.Bool // MULTI sent, EXEC or DISCARD not yet
 	watch  atomic.Bool // WATCH sent, EXEC, DISCARD or UNWATCH not yet
@@ -231,7 +245,8 @@ func (s *session) track(cmd redis.Cmder) bool {
 
 // processSession sends a command of a connection in MULTI or WATCH: reads to the
 // original, writes inside MULTI queued as they are (their L1 values dropped now and at
-// EXEC; a split key's copy reads off), writes outside MULTI as process does.
+// EXEC; a split key's copy reads off from EXEC until a repair), writes outside MULTI as
+// process does.
 func (c *Client) processSession(ctx context.Context, cmd redis.Cmder, s *session, next redis.ProcessHook) error {
 	ix := c.follower.cur.Load()
 	if c.closed.Load() || isInternal(ctx) {
@@ -244,6 +259,9 @@ func (c *Client) processSession(ctx context.Context, cmd redis.Cmder, s *session
 		s.queued = nil
 		s.mu.Unlock()
 		err := next(ctx, cmd)
+		if strings.EqualFold(name, "exec") {
+			c.wroteUnmirrored(ix, keys)
+		}
 		c.invalidate(ix, keys)
 		return err
 	}
@@ -259,21 +277,49 @@ func (c *Client) processSession(ctx context.Context, cmd redis.Cmder, s *session
 	s.mu.Lock()
 	s.queued = append(s.queued, w.keys...)
 	s.mu.Unlock()
-	now := c.now()
 	c.invalidate(ix, w.keys)
-	for _, key := range w.keys {
-		if kp := ix.lookup(key); kp != nil && kp.split(now) {
+	return next(ctx, cmd)
+}
+
+// wroteUnmirrored marks unsure each split key of keys that a write the client cannot
+// mirror (a multi-key write, a script, MULTI/EXEC…) has just written, under ix or under
+// a plan that came meanwhile: reads of it go to the original until a repair has copied
+// the original to the copies.
+func (c *Client) wroteUnmirrored(ix *planIndex, keys []string) {
+	cur := c.follower.cur.Load()
+	now := c.now()
+	for _, key := range keys {
+		kp := ix.lookup(key)
+		if !kp.split(now) {
+			kp = cur.lookup(key)
+		}
+		if kp.split(now) {
 			c.unmirrored.Add(1)
-			kp.markUnmirrored()
+			c.unsure(key, kp)
 		}
 	}
-	return next(ctx, cmd)
+}
+
+// splitMeanwhile marks unsure the keys of a write that went to the original only, under
+// ix, which a plan that came during the write splits: its copies, written by the agent,
+// may lack the write.
+func (c *Client) splitMeanwhile(ix *planIndex, keys []string) {
+	cur := c.follower.cur.Load()
+	if cur == ix {
+		return
+	}
+	now := c.now()
+	for _, key := range keys {
+		if kp := cur.lookup(key); kp.split(now) && !ix.lookup(key).split(now) {
+			c.unsure(key, kp)
+		}
+	}
 }
 
 // ProcessPipelineHook applies the plan to pipelines and transactions: reads go to the
 // original and are not cached; writes invalidate L1; a single-key write to a split key is
 // copied to the copies after a plain pipeline, while in a transaction (MULTI/EXEC) it
-// turns the key's copy reads off until the next plan.
+// turns the key's copy reads off until a repair has copied the original to them.
 func (h planHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	c := h.c
 	return func(ctx context.Context, cmds []redis.Cmder) error {
@@ -303,8 +349,20 @@ func (c *Client) flushBeforePipeline(ctx context.Context, cmds []redis.Cmder) er
 // processPipeline applies the plan to a pipeline or transaction (see ProcessPipelineHook).
 func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 	ix := c.follower.cur.Load()
-	if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 || c.closed.Load() || isInternal(ctx) {
+	if c.closed.Load() || isInternal(ctx) {
 		return next(ctx, cmds)
+	}
+	if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 {
+		err := next(ctx, cmds)
+		if c.follower.cur.Load() != ix { // a plan came during the pipeline
+			for _, cmd := range cmds {
+				var buf [1]string
+				if w := c.parse(cmd, buf[:0]).w; w.write {
+					c.splitMeanwhile(ix, w.keys)
+				}
+			}
+		}
+		return err
 	}
 	ctx = c.applied(ctx)
 	tx := len(cmds) > 0 && cmds[0].Name() == "multi"
@@ -315,7 +373,7 @@ func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next r
 		cmd redis.Cmder
 	}
 	var toCopy []written
-	var keys []string
+	var keys, unmirrored []string
 	for _, cmd := range cmds {
 		var buf [1]string
 		w := c.parse(cmd, buf[:0]).w
@@ -329,8 +387,7 @@ func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next r
 				continue
 			}
 			if tx || !w.mirrorable {
-				c.unmirrored.Add(1)
-				kp.markUnmirrored()
+				unmirrored = append(unmirrored, key)
 				continue
 			}
 			toCopy = append(toCopy, written{key, kp, cmd})
@@ -339,6 +396,8 @@ func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next r
 	c.invalidate(ix, keys)
 	err := next(ctx, cmds)
 	defer c.invalidate(ix, keys) // once the copies took the writes, as in process
+	c.wroteUnmirrored(ix, unmirrored)
+	c.splitMeanwhile(ix, keys)
 	for _, w := range toCopy {
 		st := c.stripe(w.key)
 		if st.lock(ctx) != nil {
@@ -437,7 +496,7 @@ func classifyArgs(args []any, name string, spec sampler.Command, known bool, key
 	}
 	// The keys a command with a destination only reads (SUNIONSTORE dst src…) are taken
 	// for written too, as before the table told them apart: their L1 values are dropped
-	// and a split one is read from the original until the next plan.
+	// and a split one is read from the original until a repair.
 	for i := k.First; i <= k.Last; i += k.Step {
 		w.keys = append(w.keys, argString(args[i]))
 	}
@@ -567,6 +626,7 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 	if nsplit == 0 {
 		c.invalidate(ix, w.keys)
 		err := next(ctx, cmd)
+		c.splitMeanwhile(ix, w.keys)
 		c.invalidate(ix, w.keys)
 		return err
 	}
@@ -576,15 +636,10 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 	// after the write returned.
 	if !w.mirrorable {
 		// Goes to the original only; this client reads those keys from the original
-		// until the next plan, and the agent's refresh brings the copies up to date.
+		// until a repair has copied them.
 		c.invalidate(ix, w.keys)
 		err := next(ctx, cmd)
-		for _, key := range w.keys {
-			if kp := ix.lookup(key); kp != nil && kp.split(now) {
-				c.unmirrored.Add(1)
-				kp.markUnmirrored()
-			}
-		}
+		c.wroteUnmirrored(ix, w.keys)
 		c.invalidate(ix, w.keys)
 		return err
 	}

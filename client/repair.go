@@ -2,17 +2,19 @@ package client
 
 import (
 	"context"
+	"log/slog"
 	"time"
 )
 
 // Repairs of a split key's copies. A write of the original whose outcome is unknown (a
-// timeout, a broken connection), or whose copying to the copies failed, leaves copies
-// that may be older than the original: reading them could return a value older than
-// one a read of the original has already returned. So such a write turns the key's copy
-// reads off (copyUnsure), and a repair in the background copies the original to the
-// copies (copyOriginal reads the original as it is now, so whatever the write did is in
-// the copies after it) and turns them on again, instead of the original's node taking
-// all of the key's reads until the next plan.
+// timeout, a broken connection), whose copying to the copies failed, or that the client
+// cannot mirror (a multi-key write, a script, MULTI/EXEC), leaves copies that may be
+// older than the original: reading them could return a value older than one a read of
+// the original has already returned. So such a write turns the key's copy reads off
+// (copyUnsure), and a repair in the background copies the original to the copies
+// (copyOriginal reads the original as it is now, so whatever the write did is in the
+// copies after it) and turns them on again, instead of the original's node taking all
+// of the key's reads until the next plan.
 //
 // Writes of the key through this client take its stripe, and the repair takes it from
 // before it reads the original to after it has written the copies and cleared the
@@ -26,10 +28,52 @@ const (
 	repairsAtOnce = 8
 )
 
+// A new plan version has keyPlans of its own, with copy reads on. A mark of the plan it
+// replaces is carried over (the copies, renewed, renamed or not, may still lack the
+// write): carryMarks marks the new keyPlan before it is published, carryRepairs starts
+// its repair after, and unsure marks the current plan too when a plan came during the
+// write. So copy reads stay off until a repair under the plan in force has copied the
+// original, whatever plans come meanwhile.
+
+// carryMarks marks unsure, in ix, each split key whose copy reads were off in old.
+func carryMarks(old, ix *planIndex) {
+	for key, kp := range ix.keys {
+		if kp.copies != nil && old.marked(key) {
+			kp.markUnsure()
+		}
+	}
+}
+
+// carryRepairs starts the repairs of ix's keys whose marks carryMarks carried, and of
+// those marked in old since.
+func (c *Client) carryRepairs(old, ix *planIndex) {
+	for key, kp := range ix.keys {
+		if kp.copies != nil && (old.marked(key) || kp.copyState.Load()&copyUnsure != 0) {
+			c.unsure(key, kp)
+		}
+	}
+}
+
+// marked reports whether key's copy reads are off in p.
+func (p *planIndex) marked(key string) bool {
+	kp := p.lookup(key)
+	return kp != nil && kp.copyState.Load()&copyUnsure != 0
+}
+
 // unsure marks key's copies as possibly older than the original and makes sure a repair
-// runs for it (one per key and plan at a time). It reports whether the copy reads were
-// on until now as far as unsure marks go (the start of an episode).
+// runs for it (one per key and plan at a time); when a new plan is in force, it marks
+// that one too. It reports whether the copy reads were on until now as far as unsure
+// marks go (the start of an episode).
 func (c *Client) unsure(key string, kp *keyPlan) bool {
+	fresh := c.unsureIn(key, kp)
+	if cur := c.follower.cur.Load().lookup(key); cur != nil && cur != kp && cur.copies != nil {
+		c.unsureIn(key, cur)
+	}
+	return fresh
+}
+
+// unsureIn is unsure for kp alone.
+func (c *Client) unsureIn(key string, kp *keyPlan) bool {
 	fresh := kp.markUnsure()
 	c.repairMu.Lock()
 	defer c.repairMu.Unlock()
@@ -66,7 +110,13 @@ func (c *Client) repair(key string, kp *keyPlan) {
 		err := c.repairOnce(key, kp)
 		if c.repairEnd(key, kp, false) {
 			if err == nil {
-				c.log.Info("hotkeyd: copied a key's original to its copies after a write of unknown outcome or a failed copying; reads go to the copies again",
+				// At info level after a failed try (Redis was away), else at debug: an
+				// app whose scripts write a split key repairs it at each.
+				level := slog.LevelDebug
+				if tries > 1 {
+					level = slog.LevelInfo
+				}
+				c.log.Log(c.life, level, "hotkeyd: copied a key's original to its copies after a write of unknown outcome, a failed copying or a write it cannot mirror; reads go to the copies again",
 					"key", key, "after", time.Since(start).Round(time.Millisecond), "tries", tries)
 			}
 			return

@@ -1,0 +1,190 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
+)
+
+// The tests here hold the reads of a split key to the original across plan versions: a
+// new plan version (a renewal every 30 s, or any change of another key) has keyPlans of
+// its own, which turned copy reads back on while the copies still lacked a write of this
+// client (found by a review of mitigation combinations).
+
+// TestMultiMarkSurvivesPlan: a split key written inside MULTI, with a plan version coming
+// between the queuing and EXEC. The write happens at EXEC, under the new plan, which knew
+// nothing of it.
+func TestMultiMarkSurvivesPlan(t *testing.T) {
+	srv := redistest.Start(t)
+	ps := startPlanServer(t)
+	key := "mk:multi"
+	names := copyNames(key, 2)
+	ps.publish(copiesEntry(key, names, time.Minute))
+	rdb, c := attach(t, standalone(srv.Addr()), ps, Options{})
+	ctx := context.Background()
+	if err := rdb.Set(ctx, key, "1", 0).Err(); err != nil { // original and copies hold 1
+		t.Fatal(err)
+	}
+	conn := rdb.(*redis.Client).Conn()
+	defer conn.Close()
+	if err := conn.Do(ctx, "multi").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Set(ctx, key, "2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	v := c.Stats().Plan.Version
+	ps.publish(copiesEntry(key, names, time.Minute)) // a renewal
+	waitVersion(t, c, v+1)
+	if err := conn.Do(ctx, "exec").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if got, err := rdb.Get(ctx, key).Result(); err != nil || got != "2" {
+			t.Fatalf("GET %d after EXEC returned %q, %v; want 2 (copy stats %+v)", i, got, err, c.Stats().Copies)
+		}
+	}
+}
+
+// TestUnmirroredSurvivesPlan: a write the client cannot mirror (MSET), then at once a
+// plan that changes only another key.
+func TestUnmirroredSurvivesPlan(t *testing.T) {
+	srv := redistest.Start(t)
+	ps := startPlanServer(t)
+	key := "{u}mk:unmirrored"
+	names := copyNames(key, 2)
+	ps.publish(copiesEntry(key, names, time.Minute))
+	rdb, c := attach(t, standalone(srv.Addr()), ps, Options{})
+	ctx := context.Background()
+	rdb.Set(ctx, key, "1", 0)
+	if err := rdb.MSet(ctx, key, "2", "{u}other", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	v := c.Stats().Plan.Version
+	ps.publish(copiesEntry(key, names, time.Minute), l1Entry("unrelated", time.Second, time.Minute))
+	waitVersion(t, c, v+1)
+	for i := range 5 {
+		if got := rdb.Get(ctx, key).Val(); got != "2" {
+			t.Fatalf("GET %d after MSET 2 and an unrelated plan change returned %q; want 2 (copy stats %+v)", i, got, c.Stats().Copies)
+		}
+	}
+}
+
+// TestUnsureRepairSurvivesPlan: a write of unknown outcome turns copy reads off until a
+// repair has copied the original; a plan renewal meanwhile ended the repair, and the new
+// plan read the copies, which lacked the write that Redis applied.
+func TestUnsureRepairSurvivesPlan(t *testing.T) {
+	srv := redistest.Start(t)
+	ps := startPlanServer(t)
+	key := "mk:unsure"
+	names := copyNames(key, 2)
+	ps.publish(copiesEntry(key, names, time.Minute))
+	const timeout = 150 * time.Millisecond
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: timeout, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	c := attachTo(t, rdb, ps, Options{})
+	ctx := context.Background()
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer plain.Close()
+	// A timed-out write is applied or not (go-redis drops the connection; Redis may or
+	// may not have read the command): try until one is applied.
+	for try := range 10 {
+		old, val := "old"+strconv.Itoa(try), "new"+strconv.Itoa(try)
+		if err := rdb.Set(ctx, key, old, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return rdb.Get(ctx, key).Val() == old }) // an earlier try's repair done
+		busy := make(chan error, 1)
+		go func() { busy <- busyScript.Run(ctx, plain, []string{key}, 800).Err() }()
+		time.Sleep(100 * time.Millisecond)
+		err := rdb.Set(ctx, key, val, 0).Err()
+		if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("SET during the busy script: %v; want a timeout", err)
+		}
+		v := c.Stats().Plan.Version
+		ps.publish(copiesEntry(key, names, time.Minute)) // a renewal
+		waitVersion(t, c, v+1)
+		if err := <-busy; err != nil {
+			t.Fatal(err)
+		}
+		if got := plain.Get(ctx, key).Val(); got != val {
+			continue // the timed-out SET was not applied: again
+		}
+		for i := range 5 {
+			if got, err := rdb.Get(ctx, key).Result(); err != nil || got != val {
+				t.Fatalf("try %d, GET %d after the original returned %s: %q, %v; want %s (copy stats %+v)", try, i, val, got, err, val, c.Stats().Copies)
+			}
+		}
+		return
+	}
+	t.Skip("no timed-out SET was applied in 10 tries")
+}
+
+// duringHook runs do once, when a command named name is about to go out (it sits inside
+// the SDK's hook: added after Attach).
+type duringHook struct {
+	name string
+	do   func()
+	done bool
+}
+
+func (h *duringHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *duringHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *duringHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == h.name && !h.done {
+			h.done = true
+			h.do()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestSplitDuringWrite: a write of a key the plan held does not split goes to the
+// original only; a plan that splits the key comes while it is under way, and the agent
+// has written the copies from the original before the write reached it. The copies lack
+// the write, so this client reads the key from the original until a repair.
+func TestSplitDuringWrite(t *testing.T) {
+	srv := redistest.Start(t)
+	ps := startPlanServer(t)
+	key := "mk:meanwhile"
+	names := copyNames(key, 2)
+	ps.publish() // nothing split
+	rdb, c := attach(t, standalone(srv.Addr()), ps, Options{})
+	ctx := context.Background()
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer plain.Close()
+	for _, k := range append([]string{key}, names...) {
+		if err := plain.Set(ctx, k, "1", 0).Err(); err != nil { // the agent's copies of 1
+			t.Fatal(err)
+		}
+	}
+	v := c.Stats().Plan.Version
+	rdb.AddHook(&duringHook{name: "set", do: func() {
+		ps.publish(copiesEntry(key, names, time.Minute))
+		waitVersion(t, c, v+1)
+	}})
+	if err := rdb.Set(ctx, key, "2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if got, err := rdb.Get(ctx, key).Result(); err != nil || got != "2" {
+			t.Fatalf("GET %d after SET 2 returned %q, %v; want 2 (copy stats %+v)", i, got, err, c.Stats().Copies)
+		}
+	}
+	waitFor(t, func() bool { return c.Stats().Copies.Repairs == 1 })
+	for _, name := range names {
+		if got := plain.Get(ctx, name).Val(); got != "2" {
+			t.Errorf("copy %s after the repair holds %q; want 2", name, got)
+		}
+	}
+}
