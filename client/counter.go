@@ -86,8 +86,8 @@ type CounterStats struct {
 //     held the entry, or whose two leases after it are over, depends on the list, and
 //     misses the increments of a sub-counter whose listing was lost until the agent
 //     folds it into the key (or a writer lists it again, at most mitigate.ListRenewal
-//     later). With an L1 entry for the key and no sharded_counter entry, Get is GET key
-//     instead, which the L1 may answer (up to its TTL);
+//     later). With an L1 entry for the key and no sharded_counter entry, now or in the
+//     last two leases, Get is GET key instead, which the L1 may answer (up to its TTL);
 //   - an enforced batched_counter entry: Add adds n to a sum kept in the process and
 //     returns nil at once, without calling Redis; a background goroutine sends one INCRBY
 //     per key per FlushInterval (counted from the first Add after the previous flush),
@@ -340,7 +340,7 @@ func (k *Counter) Get(ctx context.Context, key string) (int64, error) {
 }
 
 // read returns key's value in Redis. With an L1 entry for the key and no sharded_counter
-// entry it is a GET, which the plan hook may answer from the L1; else the key and its
+// entry, now or recent, it is a GET, which the plan hook may answer from the L1; else the key and its
 // listed sub-counters (mitigate.ReadListedCounter), with those of its recent
 // sharded_counter entries too (readUnion), sent as the client's own commands,
 // which the hooks leave alone (the plan hook would take its script for a write of the
@@ -349,7 +349,10 @@ func (k *Counter) read(ctx context.Context, key string) (int64, error) {
 	c := k.c
 	now := c.now()
 	ix := c.follower.cur.Load()
-	if _, sharded := ix.leased(key, mitigate.ShardedCounter, now); !sharded && ix.lookup(key).l1(now) > 0 {
+	// A GET of the key, which the L1 may answer, only while no sharded_counter entry of
+	// the key is recent: the agent folds the sub-counters into the key after the entry
+	// ends, and until then the key alone misses their increments.
+	if _, sharded := ix.leased(key, mitigate.ShardedCounter, now); !sharded && !k.isSharded(key, now) && ix.lookup(key).l1(now) > 0 {
 		s, err := c.rdb.Get(ctx, key).Result()
 		switch {
 		case errors.Is(err, redis.Nil):

@@ -647,6 +647,46 @@ func TestCounterGetFromL1(t *testing.T) {
 	}
 }
 
+// TestCounterGetL1AfterShardedEnds: a key with an L1 entry and a sharded_counter entry
+// (a pin, or an event listing both); the sharded_counter entry ends while the L1 stays.
+// Get was then a GET of the key, answered by the L1, and missed every increment in the
+// sub-counters, which the agent folds into the key only after the entry ended (found by
+// a review of mitigation combinations). A process without any plan reads the same key
+// exactly all along.
+func TestCounterGetL1AfterShardedEnds(t *testing.T) {
+	srv := redistest.Start(t)
+	im := standalone(srv.Addr())
+	ctx := context.Background()
+	const key = "likes:l1"
+	subs, err := topology(t, im).Names(key, 2, mitigate.ShardedCounter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := startPlanServer(t)
+	ps.publish(l1Entry(key, time.Second, time.Minute), shardedEntry(key, subs, time.Minute))
+	_, c := attach(t, im, ps, Options{Rand: seeded(5)})
+	k := c.Counter()
+	const n = 10
+	for range n {
+		if err := k.Add(ctx, key, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := k.Stats(); st.Sharded != n {
+		t.Fatalf("stats %+v; want %d sharded Adds", st, n)
+	}
+	v := c.Stats().Plan.Version
+	ps.publish(l1Entry(key, time.Second, time.Minute)) // the sharded_counter entry ends
+	waitVersion(t, c, v+1)
+	_, other := attach(t, im, startPlanServer(t), Options{})
+	if got, err := other.Counter().Get(ctx, key); err != nil || got != n {
+		t.Fatalf("Get in a process without a plan = %d, %v; want %d", got, err, n)
+	}
+	if got, err := k.Get(ctx, key); err != nil || got != n {
+		t.Fatalf("Get after the sharded_counter entry ended, L1 kept = %d, %v; want %d", got, err, n)
+	}
+}
+
 // attachSampled attaches a client of the Redis at addr that follows ps's plan and samples
 // every command (source "app"), and starts an agent's UDP port on ps's HTTP port, where
 // the client sends its samples; it returns the client and what the agent receives.
