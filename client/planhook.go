@@ -85,12 +85,11 @@ func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return c.processSession(c.applied(ctx), cmd, &sess, next)
 		}
 		ix := c.follower.cur.Load()
-		if c.closed.Load() || isInternal(ctx) {
-			return next(ctx, cmd)
-		}
 		if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 {
 			err := next(ctx, cmd)
-			if c.follower.cur.Load() != ix { // a plan came during the command
+			// A plan came during the command (rare: checked only then, since the
+			// context's value costs more than the command's hook otherwise).
+			if c.follower.cur.Load() != ix && !c.closed.Load() && !isInternal(ctx) {
 				if p == nil {
 					pc := c.parse(cmd, buf[:0])
 					p = &pc
@@ -100,6 +99,9 @@ func (h planHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				}
 			}
 			return err
+		}
+		if c.closed.Load() || isInternal(ctx) {
+			return next(ctx, cmd)
 		}
 		return c.process(ctx, cmd, ix, next, p)
 	}
@@ -349,12 +351,9 @@ func (c *Client) flushBeforePipeline(ctx context.Context, cmds []redis.Cmder) er
 // processPipeline applies the plan to a pipeline or transaction (see ProcessPipelineHook).
 func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 	ix := c.follower.cur.Load()
-	if c.closed.Load() || isInternal(ctx) {
-		return next(ctx, cmds)
-	}
 	if (ix == nil || len(ix.keys) == 0) && c.l1.size.Load() == 0 {
 		err := next(ctx, cmds)
-		if c.follower.cur.Load() != ix { // a plan came during the pipeline
+		if c.follower.cur.Load() != ix && !c.closed.Load() && !isInternal(ctx) { // a plan came during the pipeline
 			for _, cmd := range cmds {
 				var buf [1]string
 				if w := c.parse(cmd, buf[:0]).w; w.write {
@@ -363,6 +362,9 @@ func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next r
 			}
 		}
 		return err
+	}
+	if c.closed.Load() || isInternal(ctx) {
+		return next(ctx, cmds)
 	}
 	ctx = c.applied(ctx)
 	tx := len(cmds) > 0 && cmds[0].Name() == "multi"
