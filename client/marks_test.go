@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
+	"github.com/hotkeyd/hotkeyd/mitigate"
 )
 
 // The tests here hold the reads of a split key to the original across plan versions: a
@@ -18,20 +19,35 @@ import (
 // its own, which turned copy reads back on while the copies still lacked a write of this
 // client (found by a review of mitigation combinations).
 
+// splitKey starts a Redis and a plan server whose plan splits key into 2 copies,
+// attaches a client that follows it, and sets key, and so its copies, to 1.
+func splitKey(t *testing.T, key string) (redis.UniversalClient, *Client, *planServer) {
+	t.Helper()
+	srv := redistest.Start(t)
+	ps := startPlanServer(t)
+	ps.publish(copiesEntry(key, copyNames(key, 2), time.Minute))
+	rdb, c := attach(t, standalone(srv.Addr()), ps, Options{})
+	if err := rdb.Set(context.Background(), key, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rdb, c, ps
+}
+
+// republish publishes entries as the next plan version and waits until c holds it.
+func republish(t *testing.T, c *Client, ps *planServer, entries ...mitigate.Entry) {
+	t.Helper()
+	v := c.Stats().Plan.Version
+	ps.publish(entries...)
+	waitVersion(t, c, v+1)
+}
+
 // TestMultiMarkSurvivesPlan: a split key written inside MULTI, with a plan version coming
 // between the queuing and EXEC. The write happens at EXEC, under the new plan, which knew
 // nothing of it.
 func TestMultiMarkSurvivesPlan(t *testing.T) {
-	srv := redistest.Start(t)
-	ps := startPlanServer(t)
-	key := "mk:multi"
-	names := copyNames(key, 2)
-	ps.publish(copiesEntry(key, names, time.Minute))
-	rdb, c := attach(t, standalone(srv.Addr()), ps, Options{})
+	const key = "mk:multi"
+	rdb, c, ps := splitKey(t, key)
 	ctx := context.Background()
-	if err := rdb.Set(ctx, key, "1", 0).Err(); err != nil { // original and copies hold 1
-		t.Fatal(err)
-	}
 	conn := rdb.(*redis.Client).Conn()
 	defer conn.Close()
 	if err := conn.Do(ctx, "multi").Err(); err != nil {
@@ -40,9 +56,7 @@ func TestMultiMarkSurvivesPlan(t *testing.T) {
 	if err := conn.Set(ctx, key, "2", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	v := c.Stats().Plan.Version
-	ps.publish(copiesEntry(key, names, time.Minute)) // a renewal
-	waitVersion(t, c, v+1)
+	republish(t, c, ps, copiesEntry(key, copyNames(key, 2), time.Minute)) // a renewal
 	if err := conn.Do(ctx, "exec").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -56,20 +70,13 @@ func TestMultiMarkSurvivesPlan(t *testing.T) {
 // TestUnmirroredSurvivesPlan: a write the client cannot mirror (MSET), then at once a
 // plan that changes only another key.
 func TestUnmirroredSurvivesPlan(t *testing.T) {
-	srv := redistest.Start(t)
-	ps := startPlanServer(t)
-	key := "{u}mk:unmirrored"
-	names := copyNames(key, 2)
-	ps.publish(copiesEntry(key, names, time.Minute))
-	rdb, c := attach(t, standalone(srv.Addr()), ps, Options{})
+	const key = "{u}mk:unmirrored"
+	rdb, c, ps := splitKey(t, key)
 	ctx := context.Background()
-	rdb.Set(ctx, key, "1", 0)
 	if err := rdb.MSet(ctx, key, "2", "{u}other", "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	v := c.Stats().Plan.Version
-	ps.publish(copiesEntry(key, names, time.Minute), l1Entry("unrelated", time.Second, time.Minute))
-	waitVersion(t, c, v+1)
+	republish(t, c, ps, copiesEntry(key, copyNames(key, 2), time.Minute), l1Entry("unrelated", time.Second, time.Minute))
 	for i := range 5 {
 		if got := rdb.Get(ctx, key).Val(); got != "2" {
 			t.Fatalf("GET %d after MSET 2 and an unrelated plan change returned %q; want 2 (copy stats %+v)", i, got, c.Stats().Copies)
@@ -108,9 +115,7 @@ func TestUnsureRepairSurvivesPlan(t *testing.T) {
 		if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
 			t.Fatalf("SET during the busy script: %v; want a timeout", err)
 		}
-		v := c.Stats().Plan.Version
-		ps.publish(copiesEntry(key, names, time.Minute)) // a renewal
-		waitVersion(t, c, v+1)
+		republish(t, c, ps, copiesEntry(key, names, time.Minute)) // a renewal
 		if err := <-busy; err != nil {
 			t.Fatal(err)
 		}
@@ -168,11 +173,7 @@ func TestSplitDuringWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	v := c.Stats().Plan.Version
-	rdb.AddHook(&duringHook{name: "set", do: func() {
-		ps.publish(copiesEntry(key, names, time.Minute))
-		waitVersion(t, c, v+1)
-	}})
+	rdb.AddHook(&duringHook{name: "set", do: func() { republish(t, c, ps, copiesEntry(key, names, time.Minute)) }})
 	if err := rdb.Set(ctx, key, "2", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
