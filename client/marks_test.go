@@ -132,8 +132,8 @@ func TestUnsureRepairSurvivesPlan(t *testing.T) {
 	t.Skip("no timed-out SET was applied in 10 tries")
 }
 
-// duringHook runs do once, when a command named name is about to go out (it sits inside
-// the SDK's hook: added after Attach).
+// duringHook runs do once, when a command named name is about to go out, alone or first
+// in a pipeline (it sits inside the SDK's hook: added after Attach).
 type duringHook struct {
 	name string
 	do   func()
@@ -142,15 +142,22 @@ type duringHook struct {
 
 func (h *duringHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *duringHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.at(cmds[0])
+		return next(ctx, cmds)
+	}
 }
 func (h *duringHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == h.name && !h.done {
-			h.done = true
-			h.do()
-		}
+		h.at(cmd)
 		return next(ctx, cmd)
+	}
+}
+
+func (h *duringHook) at(cmd redis.Cmder) {
+	if cmd.Name() == h.name && !h.done {
+		h.done = true
+		h.do()
 	}
 }
 
@@ -185,6 +192,74 @@ func TestSplitDuringWrite(t *testing.T) {
 	waitFor(t, func() bool { return c.Stats().Copies.Repairs == 1 })
 	for _, name := range names {
 		if got := plain.Get(ctx, name).Val(); got != "2" {
+			t.Errorf("copy %s after the repair holds %q; want 2", name, got)
+		}
+	}
+}
+
+// TestCopiesChangeDuringWrite: a split key's write, mirrored to the copies of the plan
+// this client held, is under way when a plan that renames the copies or adds one comes,
+// and the agent has written the new copies before the write reached the original (found
+// by the review that verified the tests above).
+func TestCopiesChangeDuringWrite(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		pipe, add bool
+	}{{"rename", false, false}, {"add", false, true}, {"rename/pipeline", true, false}, {"add/pipeline", true, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			const key = "mk:renamed"
+			rdb, c, ps := splitKey(t, key)
+			ctx := context.Background()
+			names := []string{"{hk:copy1:50001}" + key, "{hk:copy2:50002}" + key}
+			if tt.add {
+				names = append(copyNames(key, 2), "{hk:copy3:50003}"+key)
+			}
+			for _, name := range names {
+				if err := rdb.Set(internal(ctx), name, "1", 0).Err(); err != nil { // the agent's copies of 1
+					t.Fatal(err)
+				}
+			}
+			rdb.AddHook(&duringHook{name: "set", do: func() { republish(t, c, ps, copiesEntry(key, names, time.Minute)) }})
+			var err error
+			if tt.pipe {
+				_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error { return p.Set(ctx, key, "2", 0).Err() })
+			} else {
+				err = rdb.Set(ctx, key, "2", 0).Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 40 { // a random copy each
+				if got := rdb.Get(ctx, key).Val(); got != "2" {
+					t.Fatalf("GET %d after SET 2 returned %q; want 2 (copy stats %+v)", i, got, c.Stats().Copies)
+				}
+			}
+		})
+	}
+}
+
+// TestMarkedWriteGoesToOriginal: while a key's copy reads are off, a write of it goes to
+// the original only, not mirrored (a copy's node that hangs held every write of the key
+// for the client's timeout: the verifying review saw 1 write in 12 s), and the repair
+// that follows copies it.
+func TestMarkedWriteGoesToOriginal(t *testing.T) {
+	const key = "mk:marked"
+	rdb, c, _ := splitKey(t, key)
+	ctx := context.Background()
+	c.follower.cur.Load().lookup(key).markUnsure() // as a write of unknown outcome does
+	mirrors := c.Stats().Copies.Mirrors
+	if err := rdb.Set(ctx, key, "2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.Get(ctx, key).Val(); got != "2" {
+		t.Fatalf("GET after SET 2 returned %q; want 2 (from the original)", got)
+	}
+	if n := c.Stats().Copies.Mirrors - mirrors; n != 0 {
+		t.Errorf("the SET of a marked key was mirrored (%d); want it sent to the original only", n)
+	}
+	waitFor(t, func() bool { return c.Stats().Copies.Repairs == 1 })
+	for _, name := range copyNames(key, 2) {
+		if got := rdb.Get(internal(ctx), name).Val(); got != "2" {
 			t.Errorf("copy %s after the repair holds %q; want 2", name, got)
 		}
 	}

@@ -302,9 +302,10 @@ func (c *Client) wroteUnmirrored(ix *planIndex, keys []string) {
 	}
 }
 
-// splitMeanwhile marks unsure the keys of a write that went to the original only, under
-// ix, which a plan that came during the write splits: its copies, written by the agent,
-// may lack the write.
+// splitMeanwhile marks unsure the keys of a write made under ix that a plan which came
+// during the write splits into other copies: not split under ix (the write went to the
+// original only), or split into copies of other names or number (it was mirrored to
+// those). The agent may have written the new copies before the write.
 func (c *Client) splitMeanwhile(ix *planIndex, keys []string) {
 	cur := c.follower.cur.Load()
 	if cur == ix {
@@ -312,7 +313,8 @@ func (c *Client) splitMeanwhile(ix *planIndex, keys []string) {
 	}
 	now := c.now()
 	for _, key := range keys {
-		if kp := cur.lookup(key); kp.split(now) && !ix.lookup(key).split(now) {
+		kp, was := cur.lookup(key), ix.lookup(key)
+		if kp.split(now) && (!was.split(now) || !slices.Equal(was.copies, kp.copies)) {
 			c.unsure(key, kp)
 		}
 	}
@@ -398,8 +400,8 @@ func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next r
 	c.invalidate(ix, keys)
 	err := next(ctx, cmds)
 	defer c.invalidate(ix, keys) // once the copies took the writes, as in process
+	defer c.splitMeanwhile(ix, keys)
 	c.wroteUnmirrored(ix, unmirrored)
-	c.splitMeanwhile(ix, keys)
 	for _, w := range toCopy {
 		st := c.stripe(w.key)
 		if st.lock(ctx) != nil {
@@ -646,6 +648,17 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 		return err
 	}
 	key := w.keys[0]
+	if split.copyState.Load()&copyUnsure != 0 {
+		// Its copy reads are off until a repair: the write goes to the original only and
+		// marks the key again, so that the repair copies it too (the repair's count of
+		// marks). Neither it nor the next writes wait for a copy's node that hangs.
+		c.invalidate(ix, w.keys)
+		err := next(ctx, cmd)
+		c.unsure(key, split)
+		c.splitMeanwhile(ix, w.keys)
+		c.invalidate(ix, w.keys)
+		return err
+	}
 	st := c.stripe(key)
 	if err := st.lock(ctx); err != nil {
 		cmd.SetErr(err)
@@ -655,6 +668,7 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 	c.invalidate(ix, w.keys)
 	err := next(ctx, cmd)
 	c.afterWrite(ctx, key, split, err)
+	c.splitMeanwhile(ix, w.keys)
 	c.invalidate(ix, w.keys)
 	return err
 }
