@@ -78,15 +78,16 @@
 // since the copies may be older than the original, until a repair in the background
 // (one per key, 50ms doubling to 2s between attempts, ended by Close or the end of the
 // copies' lease; a new plan version carries the mark and the repair over, renamed copies
-// included) has copied the original, as it is then, to the copies: it holds
-// the key's stripe from reading the original to writing the copies, so a write made
-// meanwhile is mirrored after it, and a write marked unknown after the repair began
-// keeps the reads off until another repair. Reads thus never return a value older than
+// included) has copied the original, as it is then, to the copies. Meanwhile writes of
+// the key through this client go to the original only (a copy's node that hangs holds
+// none of them up) and keep the reads off until a repair that began after them, as does
+// a write marked unknown after a repair began. Reads thus never return a value older than
 // one a read of the original returned after the write, except when the write itself
 // reaches Redis after the repair's commands, sent after it failed (a command delayed in
 // the network, not queued in the server). A plan that starts splitting a key, or
-// renames its copies, reaches the agent's executor, which writes the copies, and the
-// clients at about the same time: a write that this client made under the plan before
+// renames its copies or adds one, reaches the agent's executor, which writes the
+// copies, and the clients at about the same time: a write that this client made under
+// the plan before
 // and that was under way when the new plan came turns copy reads off until a repair, as
 // above, but one that ended before it, after the agent had written the copies, reaches
 // them only with the agent's refresh (mitigate.copy_refresh, 1s by default), and reads

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 )
@@ -16,10 +17,12 @@ import (
 // copies after it) and turns them on again, instead of the original's node taking all
 // of the key's reads until the next plan.
 //
-// Writes of the key through this client take its stripe, and the repair takes it from
-// before it reads the original to after it has written the copies and cleared the
-// mark: a write meanwhile waits, then is mirrored as usual, so it is never lost in the
-// copies. A mark made after a repair began (copyState's count) is not cleared by it.
+// Mirrored writes of the key through this client take its stripe, and the repair takes
+// it from before it reads the original to after it has written the copies and cleared
+// the mark: such a write meanwhile waits, then is mirrored as usual, so it is never lost
+// in the copies. A write of a key already marked goes to the original only and marks it
+// again, and a mark made after a repair began (copyState's count) is not cleared by it:
+// the next repair copies that write.
 
 // Waits between a repair's attempts, and how many attempts run at once in a Client.
 const (
@@ -121,11 +124,11 @@ func (c *Client) repair(key string, kp *keyPlan) {
 			}
 			return
 		}
-		if err != nil {
+		if err != nil && !errors.As(err, new(repairRaced)) {
 			c.log.Debug("hotkeyd: repairing a key's copies failed; retrying", "key", key, "err", err, "retry_in", wait)
 			wait = min(2*wait, repairMax)
 		} else {
-			wait = repairMin // marked again after the attempt: repair again soon
+			wait = repairMin // marked again during or after the attempt: repair again soon
 		}
 		t.Reset(wait)
 	}
