@@ -14,8 +14,9 @@ import (
 // the original has already returned. So such a write turns the key's copy reads off
 // (copyUnsure), and a repair in the background copies the original to the copies
 // (copyOriginal reads the original as it is now, so whatever the write did is in the
-// copies after it) and turns them on again, instead of the original's node taking all
-// of the key's reads until the next plan.
+// copies after it) and turns them on again. Marks and repairs outlive a plan version
+// (carryMarks): until a repair under the plan in force has run, the original's node
+// takes all of this client's reads of the key.
 //
 // Mirrored writes of the key through this client take its stripe, and the repair takes
 // it from before it reads the original to after it has written the copies and cleared
