@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -263,4 +264,40 @@ func TestMarkedWriteGoesToOriginal(t *testing.T) {
 			t.Errorf("copy %s after the repair holds %q; want 2", name, got)
 		}
 	}
+}
+
+// TestMarkedKeyUnderSteadyWrites: a split key written steadily through this client is
+// marked once (by a script). Its copy reads must come back while the writes go on: once
+// writes of a marked key stopped taking the stripe, each repair raced every write in
+// flight and lost, and the original's node took every read until the writes paused
+// (found by the review that verified the change).
+func TestMarkedKeyUnderSteadyWrites(t *testing.T) {
+	const key = "mk:steady"
+	rdb, c, _ := splitKey(t, key)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					rdb.Incr(ctx, key)
+				}
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	if err := redis.NewScript(`return redis.call('INCR', KEYS[1])`).Run(ctx, rdb, []string{key}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		reads := c.Stats().Copies.Reads
+		for range 20 {
+			rdb.Get(ctx, key)
+		}
+		return c.Stats().Copies.Reads-reads >= 10
+	})
 }

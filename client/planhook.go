@@ -648,17 +648,6 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 		return err
 	}
 	key := w.keys[0]
-	if split.copyState.Load()&copyUnsure != 0 {
-		// Its copy reads are off until a repair: the write goes to the original only and
-		// marks the key again, so that the repair copies it too (the repair's count of
-		// marks). Neither it nor the next writes wait for a copy's node that hangs.
-		c.invalidate(ix, w.keys)
-		err := next(ctx, cmd)
-		c.unsure(key, split)
-		c.splitMeanwhile(ix, w.keys)
-		c.invalidate(ix, w.keys)
-		return err
-	}
 	st := c.stripe(key)
 	if err := st.lock(ctx); err != nil {
 		cmd.SetErr(err)
@@ -667,7 +656,15 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 	defer st.unlock()
 	c.invalidate(ix, w.keys)
 	err := next(ctx, cmd)
-	c.afterWrite(ctx, key, split, err)
+	if split.copyState.Load()&copyUnsure != 0 {
+		// Its copy reads are off until a repair: the copies are left to it, and the key
+		// marked again so that it copies this write too. A copy's node that hangs holds
+		// up the repairs, not each write. The stripe, held, keeps the repair from racing
+		// the writes: under a steady load of them it would never win.
+		c.unsure(key, split)
+	} else {
+		c.afterWrite(ctx, key, split, err)
+	}
 	c.splitMeanwhile(ix, w.keys)
 	c.invalidate(ix, w.keys)
 	return err

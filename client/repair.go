@@ -18,12 +18,13 @@ import (
 // (carryMarks): until a repair under the plan in force has run, the original's node
 // takes all of this client's reads of the key.
 //
-// Mirrored writes of the key through this client take its stripe, and the repair takes
-// it from before it reads the original to after it has written the copies and cleared
-// the mark: such a write meanwhile waits, then is mirrored as usual, so it is never lost
-// in the copies. A write of a key already marked goes to the original only and marks it
-// again, and a mark made after a repair began (copyState's count) is not cleared by it:
-// the next repair copies that write.
+// Writes of the key through this client take its stripe, and the repair takes it from
+// before it reads the original to after it has written the copies and cleared the mark:
+// a write meanwhile waits, so it is never lost in the copies. A write of a key still
+// marked goes to the original only and marks it again, for the next repair; a mark made
+// after a repair began (copyState's count: by a write the client cannot mirror, which
+// takes no stripe) is not cleared by it either. Holding the stripe, the writes cannot race the repair:
+// under a steady load of writes it would never win.
 
 // Waits between a repair's attempts, and how many attempts run at once in a Client.
 const (
