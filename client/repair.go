@@ -23,8 +23,8 @@ import (
 // a write meanwhile waits, so it is never lost in the copies. A write of a key still
 // marked goes to the original only and marks it again, for the next repair; a mark made
 // after a repair began (copyState's count: by a write the client cannot mirror, which
-// takes no stripe) is not cleared by it either. Holding the stripe, the writes cannot race the repair:
-// under a steady load of writes it would never win.
+// takes no stripe) is not cleared by it either. Holding the stripe, the writes cannot
+// race the repair: under a steady load of writes it would never win.
 
 // Waits between a repair's attempts, and how many attempts run at once in a Client.
 const (
