@@ -340,9 +340,9 @@ func (k *Counter) Get(ctx context.Context, key string) (int64, error) {
 }
 
 // read returns key's value in Redis. With an L1 entry for the key and no sharded_counter
-// entry, now or recent, it is a GET, which the plan hook may answer from the L1; else the key and its
-// listed sub-counters (mitigate.ReadListedCounter), with those of its recent
-// sharded_counter entries too (readUnion), sent as the client's own commands,
+// entry, now or recent, it is a GET, which the plan hook may answer from the L1; else
+// the key and its listed sub-counters (mitigate.ReadListedCounter), with those of its
+// recent sharded_counter entries too (readUnion), sent as the client's own commands,
 // which the hooks leave alone (the plan hook would take its script for a write of the
 // key), and sampled as one read of the key.
 func (k *Counter) read(ctx context.Context, key string) (int64, error) {
