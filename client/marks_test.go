@@ -278,16 +278,7 @@ func TestMarkedKeyUnderSteadyWrites(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					rdb.Incr(ctx, key)
-				}
-			}
-		})
+		untilStop(&wg, stop, func(int) bool { rdb.Incr(ctx, key); return true })
 	}
 	defer func() { close(stop); wg.Wait() }()
 	if err := redis.NewScript(`return redis.call('INCR', KEYS[1])`).Run(ctx, rdb, []string{key}).Err(); err != nil {
