@@ -78,12 +78,14 @@
 // since the copies may be older than the original, until a repair in the background
 // (one per key, 50ms doubling to 2s between attempts, ended by Close or the end of the
 // copies' lease; a new plan version carries the mark and the repair over, renamed copies
-// included) has copied the original, as it is then, to the copies. It holds the key's
+// included) has copied the original, as it is then, to the copies. Each attempt first
+// asks the original's node and the copies' whether the keys exist, then holds the key's
 // stripe from reading the original to writing the copies; writes of the key through
 // this client meanwhile wait for it, then go to the original only and keep the reads off
-// until the next repair, as does a write marked unknown after a repair began (so a
-// copy's node that hangs holds the writes up for a repair's attempt, the client's
-// timeout at most, not each write for its own). Reads thus never return a value older than
+// until the next repair, as does a write marked unknown after a repair began. So a
+// copy's node that hangs fails the attempt's first step and holds no write up; the first
+// write it fails to copy waits for the client's read timeout, and so does a write behind
+// an attempt whose node hung after its first step. Reads thus never return a value older than
 // one a read of the original returned after the write, except when the write itself
 // reaches Redis after the repair's commands, sent after it failed (a command delayed in
 // the network, not queued in the server). A plan that starts splitting a key, or

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Repairs of a split key's copies. A write of the original whose outcome is unknown (a
@@ -157,12 +159,13 @@ type repairRaced struct{}
 
 func (repairRaced) Error() string { return "a write of the key was marked unsure during the repair" }
 
-// repairOnce makes one attempt: it asks the original's node whether the key exists,
-// without the stripe (so that a node that is down holds no writes of the stripe back),
-// then, holding the stripe, copies the original to the copies and clears copyUnsure
-// unless the key was marked again since the attempt began. Every command is sent after
-// the write that marked the key failed, so Redis has processed that write, if it got
-// it, by the time it answers the probe: the copy includes it.
+// repairOnce makes one attempt: it asks the original's node and each copy's whether the
+// key and the copy exist, without the stripe (so that a node that is down or hangs holds
+// no writes of the stripe back: it fails the probe after the client's read timeout,
+// while the writes go on), then, holding the stripe, copies the original to the copies
+// and clears copyUnsure unless the key was marked again since the attempt began. Every
+// command is sent after the write that marked the key failed, so Redis has processed
+// that write, if it got it, by the time it answers the probe: the copy includes it.
 func (c *Client) repairOnce(key string, kp *keyPlan) error {
 	select {
 	case c.repairSem <- struct{}{}:
@@ -172,7 +175,7 @@ func (c *Client) repairOnce(key string, kp *keyPlan) error {
 	defer func() { <-c.repairSem }()
 	ctx, cancel := context.WithTimeout(internal(c.life), c.timeout)
 	defer cancel()
-	if err := c.rdb.Exists(ctx, key).Err(); err != nil {
+	if err := c.probe(ctx, key, kp.copies); err != nil {
 		return err
 	}
 	st := c.stripe(key)
@@ -192,6 +195,26 @@ func (c *Client) repairOnce(key string, kp *keyPlan) error {
 	}
 	c.repairs.Add(1)
 	return nil
+}
+
+// probe sends EXISTS for key and each of copies, in one pipeline (go-redis sends each
+// node's share on its own connection, at once), and returns the first error.
+func (c *Client) probe(ctx context.Context, key string, copies []string) error {
+	cmds, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Exists(ctx, key)
+		for _, name := range copies {
+			p.Exists(ctx, name)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, cmd := range cmds {
+			if cmd.Err() != nil {
+				return cmd.Err()
+			}
+		}
+	}
+	return err
 }
 
 // stopRepairs ends the repairs and waits for them; Close calls it after ending c.life.

@@ -90,6 +90,35 @@ func TestCopiesRepairRacesWrites(t *testing.T) {
 	}
 }
 
+// splitAcross returns the primary of cl that owns key and two copy names of key that
+// other primaries own, with those primaries.
+func splitAcross(t *testing.T, cl *redistest.Cluster, key string) (primary *redistest.Server, names []string, owners []*redistest.Server) {
+	t.Helper()
+	probe := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	defer probe.Close()
+	owner := func(k string) *redistest.Server {
+		addr, err := probe.MasterForKey(context.Background(), k)
+		if err != nil {
+			t.Fatalf("MasterForKey(%s): %v", k, err)
+		}
+		for _, n := range cl.Nodes() {
+			if n.Addr() == addr.Options().Addr {
+				return n
+			}
+		}
+		t.Fatalf("MasterForKey(%s) = %s, not a node of the cluster", k, addr.Options().Addr)
+		return nil
+	}
+	primary = owner(key)
+	for i := 1; len(names) < 2; i++ {
+		n := "{hk:copy" + strconv.Itoa(i) + ":0}" + key
+		if o := owner(n); o != primary {
+			names, owners = append(names, n), append(owners, o)
+		}
+	}
+	return primary, names, owners
+}
+
 // TestCopiesRepairAfterPrimaryKill: the primary holding a split key's original is killed
 // (kill -9) and a write of the key fails; its replica takes over. Reads of the key go
 // back to the copies on the other primaries soon after, without a new plan, and never
@@ -98,28 +127,7 @@ func TestCopiesRepairAfterPrimaryKill(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	ctx := context.Background()
 	key := "cp:repair:kill"
-	probe := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
-	defer probe.Close()
-	owner := func(k string) string {
-		addr, err := probe.MasterForKey(ctx, k)
-		if err != nil {
-			t.Fatalf("MasterForKey(%s): %v", k, err)
-		}
-		return addr.Options().Addr
-	}
-	var primary *redistest.Server
-	for _, n := range cl.Nodes() {
-		if n.Addr() == owner(key) {
-			primary = n
-		}
-	}
-	var names []string
-	for i := 1; len(names) < 2; i++ {
-		n := "{hk:copy" + strconv.Itoa(i) + ":0}" + key
-		if owner(n) != primary.Addr() {
-			names = append(names, n)
-		}
-	}
+	primary, names, _ := splitAcross(t, cl, key)
 	replica := cl.AddReplica(t, primary)
 	ps := startPlanServer(t)
 	ps.publish(copiesEntry(key, names, time.Minute))
@@ -184,5 +192,55 @@ func TestCopiesRepairAfterPrimaryKill(t *testing.T) {
 	}
 	if st := c.Stats(); st.Plan.Version != version || st.Copies.Repairs != 1 {
 		t.Errorf("plan version %d, copy stats %+v; want version %d and 1 repair", st.Plan.Version, st.Copies, version)
+	}
+}
+
+// TestHungCopyNodeHoldsNoWrites: the primary of one of a split key's copies hangs
+// (SIGSTOP, as a long fork or a stalled disk does) while the key is marked, so a repair
+// is due. Writes of the key, whose original is on a healthy primary, go on meanwhile:
+// a repair attempt that held the key's stripe until the hung node's read timeout (2 s
+// here) made every write of the key wait for it, and a writer whose deadline was
+// shorter failed (18–19 write errors in 12 s in the review that found it).
+func TestHungCopyNodeHoldsNoWrites(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	key := "cp:repair:hung"
+	primary, names, owners := splitAcross(t, cl, key)
+	ps := startPlanServer(t)
+	ps.publish(copiesEntry(key, names, time.Minute))
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: 2 * time.Second, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	c := attachTo(t, rdb, ps, Options{})
+	if err := rdb.Set(ctx, key, "0", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	kp := c.follower.cur.Load().lookup(key)
+	hung := owners[0]
+	hung.Pause(t)
+	c.unsure(key, kp) // as a write of unknown outcome does: a repair is due
+	// Within the cluster's node timeout (5 s), after which the others would mark the hung
+	// node as failed and refuse writes.
+	failed, n, last := 0, 0, "0"
+	for start := time.Now(); time.Since(start) < 3*time.Second; n++ {
+		v := strconv.Itoa(n + 1)
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		if err := rdb.Set(wctx, key, v, 0).Err(); err != nil {
+			failed++
+			t.Logf("write %d: %v", n+1, err)
+		} else {
+			last = v
+		}
+		cancel()
+		time.Sleep(10 * time.Millisecond)
+	}
+	hung.Resume(t)
+	if failed > 0 {
+		t.Errorf("%d of %d writes of the key (original on %s, healthy) failed with a copy's node hung; want none", failed, n, primary.Addr())
+	}
+	waitFor(t, func() bool { return kp.readCopies(c.now()) != nil })
+	for _, name := range names {
+		if v := rdb.Get(internal(ctx), name).Val(); v != last {
+			t.Errorf("copy %s = %q after the repair; want %s, the last value written", name, v, last)
+		}
 	}
 }
