@@ -242,14 +242,35 @@ func TestCopiesChangeDuringWrite(t *testing.T) {
 // TestMarkedWriteGoesToOriginal: while a key's copy reads are off, a write of it goes to
 // the original only, not mirrored (a copy's node that hangs held every write of the key
 // for the client's timeout: the verifying review saw 1 write in 12 s), and the repair
-// that follows copies it.
+// that follows copies it; in a pipeline too.
 func TestMarkedWriteGoesToOriginal(t *testing.T) {
-	const key = "mk:marked"
+	for _, tc := range []struct {
+		name  string
+		write func(ctx context.Context, rdb redis.UniversalClient, key string) error
+	}{
+		{"command", func(ctx context.Context, rdb redis.UniversalClient, key string) error {
+			return rdb.Set(ctx, key, "2", 0).Err()
+		}},
+		{"pipeline", func(ctx context.Context, rdb redis.UniversalClient, key string) error {
+			_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, key, "2", 0)
+				return nil
+			})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testMarkedWrite(t, "mk:marked:"+tc.name, tc.write)
+		})
+	}
+}
+
+func testMarkedWrite(t *testing.T, key string, write func(context.Context, redis.UniversalClient, string) error) {
 	rdb, c, _ := splitKey(t, key)
 	ctx := context.Background()
 	c.follower.cur.Load().lookup(key).markUnsure() // as a write of unknown outcome does
 	mirrors := c.Stats().Copies.Mirrors
-	if err := rdb.Set(ctx, key, "2", 0).Err(); err != nil {
+	if err := write(ctx, rdb, key); err != nil {
 		t.Fatal(err)
 	}
 	if got := rdb.Get(ctx, key).Val(); got != "2" {

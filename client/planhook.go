@@ -411,7 +411,11 @@ func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next r
 			c.unsure(w.key, w.kp)
 			continue
 		}
-		c.afterWrite(ctx, w.key, w.kp, w.cmd.Err())
+		if w.kp.copyState.Load()&copyUnsure != 0 {
+			c.unsure(w.key, w.kp) // left to the repair, as in process
+		} else {
+			c.afterWrite(ctx, w.key, w.kp, w.cmd.Err())
+		}
 		st.unlock()
 	}
 	return err
