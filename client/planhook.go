@@ -886,7 +886,7 @@ func (c *Client) copyOriginal(ctx context.Context, key string, copies []string) 
 	if !ok || (pttl != -2 && len(reply) != 2) {
 		return errors.New("unexpected reply to DUMP")
 	}
-	cmds, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	return c.pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, name := range copies {
 			switch {
 			case pttl == -2:
@@ -899,13 +899,18 @@ func (c *Client) copyOriginal(ctx context.Context, key string, copies []string) 
 		}
 		return nil
 	})
+}
+
+// pipelined runs fn's commands in one pipeline on the client and returns the first
+// command's error, or the pipeline's when no command has one.
+func (c *Client) pipelined(ctx context.Context, fn func(redis.Pipeliner) error) error {
+	cmds, err := c.rdb.Pipelined(ctx, fn)
 	if err != nil {
 		for _, cmd := range cmds {
 			if cmd.Err() != nil {
 				return cmd.Err()
 			}
 		}
-		return err
 	}
-	return nil
+	return err
 }

@@ -200,21 +200,13 @@ func (c *Client) repairOnce(key string, kp *keyPlan) error {
 // probe sends EXISTS for key and each of copies, in one pipeline (go-redis sends each
 // node's share on its own connection, at once), and returns the first error.
 func (c *Client) probe(ctx context.Context, key string, copies []string) error {
-	cmds, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	return c.pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Exists(ctx, key)
 		for _, name := range copies {
 			p.Exists(ctx, name)
 		}
 		return nil
 	})
-	if err != nil {
-		for _, cmd := range cmds {
-			if cmd.Err() != nil {
-				return cmd.Err()
-			}
-		}
-	}
-	return err
 }
 
 // stopRepairs ends the repairs and waits for them; Close calls it after ending c.life.
