@@ -309,11 +309,11 @@ func newProxyCollector(src proxyStatser) *proxyCollector {
 	return &proxyCollector{
 		src:         src,
 		clients:     prometheus.NewDesc("hotkeyd_proxy_clients", "Clients of the proxy tap now, by upstream connection: shared (multiplexed) or own.", []string{"conn"}, nil),
-		pins:        prometheus.NewDesc("hotkeyd_proxy_pins_total", "Clients the proxy tap moved from the shared upstream connection to their own, by reason (command, malformed, too_large, auth).", []string{"reason"}, nil),
+		pins:        prometheus.NewDesc("hotkeyd_proxy_pins_total", "Clients the proxy tap moved from the shared upstream connection to their own, by reason (command, malformed, too_large, auth, backlog).", []string{"reason"}, nil),
 		sharedFail:  prometheus.NewDesc("hotkeyd_proxy_shared_failures_total", "Shared upstream connections that failed or could not be opened (Redis down, wanting AUTH, or refusing proxy.upstream_password).", nil, nil),
 		batch:       prometheus.NewDesc("hotkeyd_proxy_sched_batch", "1 while the proxy tap runs hotkeyd's threads as SCHED_BATCH (proxy.sched_policy), 0 otherwise.", nil, nil),
 		outputCuts:  prometheus.NewDesc("hotkeyd_proxy_output_cuts_total", "Multiplexed clients the proxy tap disconnected because the replies waiting for its clients stayed past proxy.max_output_bytes for a second, while every client of the shared connections waited: those holding the most.", nil, nil),
-		outputBytes: prometheus.NewDesc("hotkeyd_proxy_output_bytes", "Replies the proxy tap holds for multiplexed clients that have not read them yet, in bytes (about proxy.max_output_bytes at most: past it the tap stops reading Redis).", nil, nil),
+		outputBytes: prometheus.NewDesc("hotkeyd_proxy_output_bytes", "Replies the proxy tap holds for multiplexed clients that have not read them yet, in bytes (about proxy.max_output_bytes at most: past it the tap stops reading Redis), and those clients pinned for their backlog took along to their own connections.", nil, nil),
 	}
 }
 
@@ -330,7 +330,7 @@ func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.src.Stats()
 	ch <- prometheus.MustNewConstMetric(c.clients, prometheus.GaugeValue, float64(s.SharedClients), "shared")
 	ch <- prometheus.MustNewConstMetric(c.clients, prometheus.GaugeValue, float64(s.OwnClients), "own")
-	for _, reason := range []string{sampler.PinCommand, sampler.PinMalformed, sampler.PinTooLarge, sampler.PinAuth} {
+	for _, reason := range []string{sampler.PinCommand, sampler.PinMalformed, sampler.PinTooLarge, sampler.PinAuth, sampler.PinBacklog} {
 		ch <- prometheus.MustNewConstMetric(c.pins, prometheus.CounterValue, float64(s.Pins[reason]), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(c.sharedFail, prometheus.CounterValue, float64(s.SharedFailures))

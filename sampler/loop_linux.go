@@ -860,12 +860,32 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 		if l.outBytes > l.p.maxOutput && !l.paused {
 			l.pause()
 		}
+		if c.backlog() >= muxBacklog && !c.pinning && !c.eof && !c.hup && !l.draining {
+			l.pinBacklog(c)
+		}
 		l.update(c)
 	}
 	if c.owed == 0 && c.held > 0 {
 		l.release(c) // after the replies that free it
 	}
 	l.settle(c)
+}
+
+// pinBacklog pins c, whose replies waiting in the tap reached muxBacklog, as they do for
+// a client that writes a whole pipeline before it reads (go-redis's Pipelined, redis-py's
+// and Jedis's pipelines). Not reading such a client until it reads would leave both
+// sides waiting for ever, its write blocked on a full socket; on a connection of its
+// own, Redis keeps what it has not read, as it would directly.
+// Its commands not forwarded yet (held ones, and the start of one) go there first, once
+// it is owed nothing here, and the replies waiting go along (handBack).
+func (l *muxLoop) pinBacklog(c *loopClient) {
+	l.p.stats.pinBacklog.Add(1)
+	l.p.log.Debug("proxy: client pinned: it gets a connection of its own", "client", c.addr(),
+		"reason", PinBacklog, "replies_waiting", c.backlog(), "replies_owed", c.owed)
+	c.pc.sent = int64(c.heldN)
+	c.held, c.heldN = 0, 0
+	c.rest = c.in[:c.pending]
+	c.pinning = true
 }
 
 // addr returns the client's address, for logs.
@@ -971,7 +991,8 @@ func (l *muxLoop) flushClient(c *loopClient) {
 // nothing more. While draining, a client owed nothing gets a FIN, and is closed once it
 // sends one too (see discard).
 func (l *muxLoop) settle(c *loopClient) {
-	if c.done || c.owed > 0 || c.backlog() > 0 {
+	handOver := c.pinning && !c.closed && !c.hup // its waiting replies go along (handBack)
+	if c.done || c.owed > 0 || c.backlog() > 0 && !handOver {
 		return
 	}
 	if c.closed || c.pinning || c.eof || c.hup {
@@ -1042,11 +1063,16 @@ func (l *muxLoop) finish() {
 	l.finished = l.finished[:0]
 }
 
-// handBack gives a pinned client a goroutine that dials it a connection of its own and
-// forwards its bytes from then on, starting with rest; that connection is first switched
-// to RESP3 and authenticated as the shared ones are, when the client did that on them.
+// handBack gives a pinned client a goroutine that writes it the replies waiting for it
+// here, dials it a connection of its own and forwards its bytes from then on, starting
+// with rest; that connection is first switched to RESP3 and authenticated as the shared
+// ones are, when the client did that on them. The replies waiting no longer count
+// against MaxOutputBytes: they are what Redis answered before the client was owed
+// nothing, which the budget bounded.
 func (l *muxLoop) handBack(c *loopClient) {
 	p, pc := l.p, c.pc
+	waiting := c.out.take(&l.chunks)
+	l.outBytes -= len(waiting)
 	f := os.NewFile(uintptr(c.fd), "client")
 	conn, err := net.FileConn(f) // a duplicate, in Go's poller
 	_ = f.Close()
@@ -1055,11 +1081,13 @@ func (l *muxLoop) handBack(c *loopClient) {
 		p.untrack(pc)
 		return
 	}
+	p.stats.handedOut.Add(int64(len(waiting)))
 	// base, the parser's offset at in[0], is 0 at admit and moves past each command that
 	// went to a shared connection, all of them answered by now (settle): above 0, Redis
 	// answered the client something.
 	rest, resp3, authed, answered := c.rest, c.resp3, c.authed, c.base > 0
-	if !p.setConn(&pc.client, conn) || !p.goTracked(func() { pc.runOwn(rest, resp3, authed, answered) }) {
+	if !p.setConn(&pc.client, conn) || !p.goTracked(func() { pc.runOwn(waiting, rest, resp3, authed, answered) }) {
+		p.stats.handedOut.Add(-int64(len(waiting)))
 		_ = conn.Close()
 		p.untrack(pc)
 	}

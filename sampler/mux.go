@@ -16,8 +16,8 @@ import (
 
 // muxOpen is how many bytes of commands may wait for the shared connection before the
 // proxy stops reading clients until Redis has taken them; muxBacklog is how many reply
-// bytes a client that does not read may have waiting before the proxy stops reading its
-// commands.
+// bytes a client that does not read may have waiting before it gets a connection of its
+// own (pinBacklog).
 //
 // muxFlushAt is how many bytes of commands a turn of the loop gathers for a shared
 // connection before it sends them on, rather than waiting for the end of the turn: Redis

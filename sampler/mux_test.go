@@ -1844,9 +1844,9 @@ func TestMuxSlowReaderCut(t *testing.T) {
 	}
 	fast.expect(t, muxBulk("s"), "GET", "slow:small")
 	time.Sleep(100 * time.Millisecond)
-	// The one holding the most: 64 GETs in one go, 16 MiB of replies. (One at a time,
-	// a client that does not read holds little: the tap stops reading a client whose
-	// replies wait, muxBacklog and more.)
+	// The one holding the most: 64 GETs in one go, 16 MiB of replies. (Sent one at a
+	// time, they would be few: once 1 MiB of a client's replies wait, the rest of its
+	// commands go to a connection of its own, where Redis keeps their replies.)
 	most := dial()
 	if _, err := io.WriteString(most, strings.Repeat(muxCmd("GET", "slow:big"), 64)); err != nil {
 		t.Fatal(err)

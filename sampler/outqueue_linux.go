@@ -81,6 +81,19 @@ func (q *outQueue) consume(n int, pool *chunkPool) {
 	}
 }
 
+// take returns every byte waiting, in one slice of its own, and empties q.
+func (q *outQueue) take(pool *chunkPool) []byte {
+	b := make([]byte, 0, q.n)
+	for i, c := range q.chunks {
+		if i == 0 {
+			c = c[q.off:]
+		}
+		b = append(b, c...)
+	}
+	q.reset(pool)
+	return b
+}
+
 // reset drops every byte waiting.
 func (q *outQueue) reset(pool *chunkPool) {
 	for _, c := range q.chunks {

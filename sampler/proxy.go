@@ -286,13 +286,15 @@ type ProxyStats struct {
 	// PinCommand (a command that keeps state or blocks), PinMalformed (bytes that do not
 	// parse), PinTooLarge (a command larger than BufferSize or than Redis takes), PinAuth
 	// (with UpstreamPassword set, a command before the client authenticated with the
-	// configured credentials, or an AUTH with others).
+	// configured credentials, or an AUTH with others), PinBacklog (1 MiB of its replies
+	// waited in the proxy, as for a client that writes a whole pipeline before reading).
 	Pins map[string]uint64
 	// SharedFailures counts shared upstream connections that failed or could not be
 	// opened (Redis down, wanting AUTH, or refusing the configured credentials).
 	SharedFailures uint64
 	// OutputBytes is the replies waiting now for multiplexed clients to read them, as of
-	// the event loop's last turn; OutputCuts counts the clients disconnected because
+	// the event loop's last turn, and those pinned clients took along to their own
+	// connections and have not read yet; OutputCuts counts the clients disconnected because
 	// those stayed past MaxOutputBytes for a second (see MaxOutputBytes).
 	OutputBytes int64
 	OutputCuts  uint64
@@ -307,12 +309,14 @@ const (
 	PinMalformed = "malformed"
 	PinTooLarge  = "too_large"
 	PinAuth      = "auth"
+	PinBacklog   = "backlog"
 )
 
 type proxyCounters struct {
 	shared, own                           atomic.Int64
 	pinCommand, pinMalformed, pinTooLarge atomic.Uint64
-	pinAuth                               atomic.Uint64
+	pinAuth, pinBacklog                   atomic.Uint64
+	handedOut                             atomic.Int64 // replies handed back with pinned clients, not yet written (see handBack)
 	sharedFailures, outputCuts            atomic.Uint64
 	outputBytes                           atomic.Int64
 	reads, deepReads                      atomic.Uint64 // for SchedAuto: see countRead
@@ -329,6 +333,8 @@ func (s *proxyCounters) pinReason(pin *atomic.Uint64) string {
 		return PinTooLarge
 	case &s.pinAuth:
 		return PinAuth
+	case &s.pinBacklog:
+		return PinBacklog
 	}
 	return PinCommand
 }
@@ -344,9 +350,10 @@ func (p *Proxy) Stats() ProxyStats {
 			PinMalformed: s.pinMalformed.Load(),
 			PinTooLarge:  s.pinTooLarge.Load(),
 			PinAuth:      s.pinAuth.Load(),
+			PinBacklog:   s.pinBacklog.Load(),
 		},
 		SharedFailures: s.sharedFailures.Load(),
-		OutputBytes:    s.outputBytes.Load(),
+		OutputBytes:    s.outputBytes.Load() + s.handedOut.Load(),
 		OutputCuts:     s.outputCuts.Load(),
 		SchedBatch:     s.schedBatch.Load(),
 	}
@@ -695,18 +702,21 @@ func (pc *proxyConn) run() {
 	if l := p.muxLoop(); l != nil && l.adopt(pc) {
 		return // the loop serves it now
 	}
-	pc.runOwn(nil, false, false, false)
+	pc.runOwn(nil, nil, false, false, false)
 }
 
 // runOwn serves the client over a connection of its own, first sending rest, what the
-// client sent before (to the shared connection's loop) that was not forwarded. With
+// client sent before (to the shared connection's loop) that was not forwarded. waiting
+// is what Redis answered it there that it has not read yet: the client gets it before
+// any reply from its own connection, and, since it may be sending more meanwhile (see
+// pinBacklog), rest and what follows go to Redis while it is written. With
 // resp3 the client switched to RESP3 with HELLO 3 on the shared connection, and with
 // authed it authenticated there with the configured credentials, so its own connection
 // is switched and authenticated too (HELLO 3, AUTH, or HELLO 3 AUTH) before rest goes
 // out. With answered, Redis answered it something there; otherwise, when Redis cannot be
 // reached, its commands get an error reply (refuse) rather than a dropped
 // connection.
-func (pc *proxyConn) runOwn(rest []byte, resp3, authed, answered bool) {
+func (pc *proxyConn) runOwn(waiting, rest []byte, resp3, authed, answered bool) {
 	p := pc.p
 	p.stats.own.Add(1)
 	defer func() {
@@ -715,7 +725,9 @@ func (pc *proxyConn) runOwn(rest []byte, resp3, authed, answered bool) {
 		pc.closeBoth()
 	}()
 	if p.draining.Load() {
-		pc.finishClient() // what it sent is not forwarded: no reply is owed
+		if pc.writeWaiting(waiting) {
+			pc.finishClient() // what it sent is not forwarded: no reply is owed
+		}
 		return
 	}
 	up, err := p.dialUpstream()
@@ -724,10 +736,12 @@ func (pc *proxyConn) runOwn(rest []byte, resp3, authed, answered bool) {
 		if !answered {
 			pc.refuse(rest, err)
 		}
+		pc.writeWaiting(waiting)
 		return
 	}
 	if !p.setConn(&pc.up, up) {
 		_ = up.Close()
+		pc.writeWaiting(waiting)
 		return
 	}
 	setNoDelay(up)
@@ -735,30 +749,53 @@ func (pc *proxyConn) runOwn(rest []byte, resp3, authed, answered bool) {
 		_ = up.SetDeadline(time.Now().Add(p.dialer.Timeout))
 		if err := p.setUpOwn(up, resp3, authed); err != nil {
 			p.log.Debug("proxy: prepare a pinned client's own connection as the shared one", "err", err)
+			pc.writeWaiting(waiting)
 			return
 		}
 		_ = up.SetDeadline(time.Time{})
 	}
 	if p.draining.Load() {
-		pc.finishClient()
+		if pc.writeWaiting(waiting) {
+			pc.finishClient()
+		}
 		return
 	}
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		if pc.writeWaiting(waiting) {
+			pc.toClient()
+		} else {
+			pc.closeBoth()
+		}
+	}()
 	// From here on a drain that starts fails toServer's reads (stopReading), and the
 	// commands of rest, counted in sent by the loop, are owed replies.
 	if len(rest) > 0 {
 		if _, err := up.Write(rest); err != nil {
 			p.log.Debug("proxy: write upstream", "err", err)
+			pc.closeBoth()
+			<-back
 			return
 		}
 	}
-
-	back := make(chan struct{})
-	go func() {
-		defer close(back)
-		pc.toClient()
-	}()
 	pc.toServer(make([]byte, p.bufSize))
 	<-back
+}
+
+// writeWaiting writes the client the replies waiting for it that it took along from the
+// shared connection (see runOwn), and reports whether that went well.
+func (pc *proxyConn) writeWaiting(waiting []byte) bool {
+	if len(waiting) == 0 {
+		return true
+	}
+	_, err := pc.client.Write(waiting)
+	pc.p.stats.handedOut.Add(-int64(len(waiting)))
+	if err != nil {
+		pc.p.log.Debug("proxy: write client", "err", err)
+		return false
+	}
+	return true
 }
 
 // setUpOwn makes up, a pinned client's new connection, what the shared one was for the

@@ -717,7 +717,7 @@ func TestProxyStats(t *testing.T) {
 	dial("GET a\r\nSELECT 1\r\n", 2)                              // a command pins it
 	dial("SET big "+strings.Repeat("v", 8192)+"\r\n", 1)          // too large to share
 	dial("GET a\r\nGET \"a\r\n", 2).expectEOF(t)                  // malformed: Redis closes it
-	want := map[string]uint64{sampler.PinCommand: 1, sampler.PinTooLarge: 1, sampler.PinMalformed: 1, sampler.PinAuth: 0}
+	want := map[string]uint64{sampler.PinCommand: 1, sampler.PinTooLarge: 1, sampler.PinMalformed: 1, sampler.PinAuth: 0, sampler.PinBacklog: 0}
 	waitFor(t, "the counts", func() bool {
 		s := p.Stats()
 		return s.SharedClients == 1 && s.OwnClients == 2 && fmt.Sprint(s.Pins) == fmt.Sprint(want) && s.SharedFailures == 0

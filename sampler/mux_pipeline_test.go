@@ -1,0 +1,72 @@
+package sampler_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotkeyd/hotkeyd/sampler"
+)
+
+// TestMuxPipelineBeforeReading: a client that writes a whole pipeline before it reads a
+// reply, as go-redis's Pipelined, redis-py's and Jedis's pipelines do, gets every reply,
+// as from Redis directly. The tap stopped reading a shared client once 1 MiB of its
+// replies waited; with the client's write blocked on a full socket, neither side moved
+// again (found by a differential review: go-redis's Pipelined of 700 GETs of 10 KB and
+// 30,000 SETs timed out through the tap and took 99 ms directly). A client pinned by a
+// command in such a pipeline waited likewise, for its replies to be read before it got
+// its own connection.
+func TestMuxPipelineBeforeReading(t *testing.T) {
+	value := strings.Repeat("p", 10_000)
+	for _, tc := range []struct {
+		name   string
+		middle string // sent between the GETs and the EXISTS
+		reply  string // its reply
+		pin    string // the pin reason it counts
+	}{
+		{"shared", "", "", sampler.PinBacklog},
+		{"pinned-by-command", muxCmd("CLIENT", "SETNAME", "piped"), muxOK, sampler.PinCommand},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redisWith(t, map[string]string{"pb:v": value})
+			p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink()})
+			const gets, exists = 700, 400_000
+			var pipe bytes.Buffer
+			pipe.WriteString(strings.Repeat(muxCmd("GET", "pb:v"), gets))
+			pipe.WriteString(tc.middle)
+			for i := range exists {
+				pipe.WriteString(muxCmd("EXISTS", fmt.Sprintf("pb:absent:%032d", i)))
+			}
+			c := muxDial(t, p.Addr().String())
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			written := make(chan error, 1)
+			go func() { _, err := c.Write(pipe.Bytes()); written <- err }()
+			if err := <-written; err != nil {
+				t.Fatalf("writing the %d MB pipeline before reading: %v (direct Redis takes it all)", pipe.Len()>>20, err)
+			}
+			r := bufio.NewReaderSize(c, 64<<10)
+			for i := range gets {
+				if got, err := muxReadReply(r); got != muxBulk(value) {
+					t.Fatalf("GET %d: %d bytes, %v; want the value", i, len(got), err)
+				}
+			}
+			if tc.middle != "" {
+				if got, err := muxReadReply(r); got != tc.reply {
+					t.Fatalf("reply to the command between: %q, %v; want %q", got, err, tc.reply)
+				}
+			}
+			for i := range exists {
+				if got, err := muxReadReply(r); got != muxInt(0) {
+					t.Fatalf("EXISTS %d: %q, %v; want :0", i, got, err)
+				}
+			}
+			if n := p.Stats().Pins[tc.pin]; n != 1 {
+				t.Errorf("pins %v; want 1 for %q", p.Stats().Pins, tc.pin)
+			}
+			c.expect(t, "+PONG\r\n", "PING") // the client goes on, on its own connection
+		})
+	}
+}
