@@ -480,8 +480,8 @@ func (l *muxLoop) update(c *loopClient) {
 		return
 	}
 	var want uint32
-	if !c.pinning && !c.eof && !l.throttled && c.backlog() < muxBacklog && c.held == 0 {
-		want |= syscall.EPOLLIN
+	if !c.pinning && !c.eof && !l.throttled && c.held == 0 && c.owed < muxOwed && (c.backlog() == 0 || c.owed == 0) {
+		want |= syscall.EPOLLIN // with replies waiting, to see it send more (see readClient)
 	} else if l.draining && !c.eof {
 		want |= syscall.EPOLLIN // to drop what it sends
 	}
@@ -504,11 +504,19 @@ func (l *muxLoop) update(c *loopClient) {
 }
 
 // readClient reads what c sent and queues its whole plain commands for Redis (see
-// parseClient).
+// parseClient). A client whose replies wait in the tap, for room in its socket, is not
+// read: more commands would only pile up more replies. If it sends more once it is owed
+// nothing here, it gets a connection of its own (pinBacklog). Nor is one owed muxOwed
+// replies or more, so that what Redis owes a client that stops reading stays within
+// what the tap can take in (MaxOutputBytes) while it waits for those replies.
 func (l *muxLoop) readClient(c *loopClient) {
-	if c.closed || c.pinning || c.eof || l.throttled || c.held > 0 {
-		if l.draining && !c.closed && !c.eof {
+	if c.closed || c.pinning || c.eof || l.throttled || c.held > 0 || c.backlog() > 0 || c.owed >= muxOwed {
+		switch {
+		case l.draining && !c.closed && !c.eof:
 			l.discard(c)
+		case !c.closed && !c.pinning && !c.eof && !c.hup && c.held == 0 && c.backlog() > 0 && c.owed == 0:
+			l.pinBacklog(c)
+			l.settle(c)
 		}
 		return
 	}
@@ -845,6 +853,9 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 	if c.closed {
 		return
 	}
+	if c.owed < muxOwed && c.owed+replies >= muxOwed {
+		l.update(c) // it may be read again
+	}
 	if c.backlog() == 0 && len(b) > 0 {
 		n, err := ioRetry(rawWrite, c.fd, b)
 		if err != nil && err != syscall.EAGAIN {
@@ -860,9 +871,6 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 		if l.outBytes > l.p.maxOutput && !l.paused {
 			l.pause()
 		}
-		if c.backlog() >= muxBacklog && !c.pinning && !c.eof && !c.hup && !l.draining {
-			l.pinBacklog(c)
-		}
 		l.update(c)
 	}
 	if c.owed == 0 && c.held > 0 {
@@ -871,21 +879,20 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 	l.settle(c)
 }
 
-// pinBacklog pins c, whose replies waiting in the tap reached muxBacklog, as they do for
-// a client that writes a whole pipeline before it reads (go-redis's Pipelined, redis-py's
-// and Jedis's pipelines). Not reading such a client until it reads would leave both
-// sides waiting for ever, its write blocked on a full socket; on a connection of its
-// own, Redis keeps what it has not read, as it would directly.
-// Its commands not forwarded yet (held ones, and the start of one) go there first, once
-// it is owed nothing here, and the replies waiting go along (handBack).
+// pinBacklog pins c, which sends more while it is owed nothing here and its replies
+// wait in the tap, as a client does that writes a whole pipeline before it reads
+// (go-redis's Pipelined, redis-py's and Jedis's pipelines). Not reading it until it
+// reads would leave both sides waiting for ever, its write blocked on a full socket; on
+// a connection of its own, Redis keeps what it has not read, as it would directly. Its
+// replies waiting go along (handBack), and what it sends from now on goes there.
 func (l *muxLoop) pinBacklog(c *loopClient) {
 	l.p.stats.pinBacklog.Add(1)
 	l.p.log.Debug("proxy: client pinned: it gets a connection of its own", "client", c.addr(),
-		"reason", PinBacklog, "replies_waiting", c.backlog(), "replies_owed", c.owed)
-	c.pc.sent = int64(c.heldN)
-	c.held, c.heldN = 0, 0
+		"reason", PinBacklog, "replies_waiting", c.backlog())
+	c.pc.sent = 0
 	c.rest = c.in[:c.pending]
 	c.pinning = true
+	l.update(c)
 }
 
 // addr returns the client's address, for logs.

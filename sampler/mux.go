@@ -15,9 +15,12 @@ import (
 // Multiplexing: see Proxy for what it does and loop_linux.go for how.
 
 // muxOpen is how many bytes of commands may wait for the shared connection before the
-// proxy stops reading clients until Redis has taken them; muxBacklog is how many reply
-// bytes a client that does not read may have waiting before it gets a connection of its
-// own (pinBacklog).
+// proxy stops reading clients until Redis has taken them; muxBacklog is how many bytes
+// of the chunks that hold the replies waiting for clients the loop keeps for reuse;
+// muxOwed is how many replies a client may be owed before the proxy stops reading it
+// until Redis has sent some (far above what clients pipeline, save a whole pipeline
+// written before reading, which it holds the replies of in flight to muxOwed and a
+// buffer's worth of commands).
 //
 // muxFlushAt is how many bytes of commands a turn of the loop gathers for a shared
 // connection before it sends them on, rather than waiting for the end of the turn: Redis
@@ -29,6 +32,7 @@ const (
 	muxOpen    = 4 << 20
 	muxBacklog = 1 << 20
 	muxFlushAt = 8 << 10
+	muxOwed    = 1024
 )
 
 // muxRetry is how long the proxy gives every new client its own connection after a

@@ -19,21 +19,30 @@ import (
 // 30,000 SETs timed out through the tap and took 99 ms directly). A client pinned by a
 // command in such a pipeline waited likewise, for its replies to be read before it got
 // its own connection.
+//
+// Nor is such a client cut for the replies it holds (proxy.max_output_bytes): with a
+// million GETs of 100 bytes, the tap had forwarded 165,000 commands by the time the
+// client's socket was full, and their replies passed the budget (found by the same
+// review). A client owed muxOwed replies is not read until Redis has sent some.
 func TestMuxPipelineBeforeReading(t *testing.T) {
-	value := strings.Repeat("p", 10_000)
 	for _, tc := range []struct {
-		name   string
-		middle string // sent between the GETs and the EXISTS
-		reply  string // its reply
-		pin    string // the pin reason it counts
+		name        string
+		value       int    // the bytes of the value the GETs read
+		gets        int    // GETs first
+		middle      string // sent between the GETs and the EXISTS
+		reply       string // its reply
+		exists      int    // EXISTS of absent keys last
+		pin, notPin string // the pin reason it counts, one it does not
 	}{
-		{"shared", "", "", sampler.PinBacklog},
-		{"pinned-by-command", muxCmd("CLIENT", "SETNAME", "piped"), muxOK, sampler.PinCommand},
+		{"shared", 10_000, 700, "", "", 400_000, sampler.PinBacklog, sampler.PinCommand},
+		{"pinned-by-command", 10_000, 700, muxCmd("CLIENT", "SETNAME", "piped"), muxOK, 400_000, sampler.PinCommand, sampler.PinBacklog},
+		{"small-replies", 100, 1_000_000, "", "", 0, sampler.PinBacklog, sampler.PinCommand},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			value := strings.Repeat("p", tc.value)
 			srv := redisWith(t, map[string]string{"pb:v": value})
 			p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink()})
-			const gets, exists = 700, 400_000
+			gets, exists := tc.gets, tc.exists
 			var pipe bytes.Buffer
 			pipe.WriteString(strings.Repeat(muxCmd("GET", "pb:v"), gets))
 			pipe.WriteString(tc.middle)
@@ -63,8 +72,8 @@ func TestMuxPipelineBeforeReading(t *testing.T) {
 					t.Fatalf("EXISTS %d: %q, %v; want :0", i, got, err)
 				}
 			}
-			if n := p.Stats().Pins[tc.pin]; n != 1 {
-				t.Errorf("pins %v; want 1 for %q", p.Stats().Pins, tc.pin)
+			if s := p.Stats(); s.Pins[tc.pin] != 1 || s.Pins[tc.notPin] != 0 || s.OutputCuts != 0 {
+				t.Errorf("pins %v, cuts %d; want 1 pin for %q, none for %q, no cut", s.Pins, s.OutputCuts, tc.pin, tc.notPin)
 			}
 			c.expect(t, "+PONG\r\n", "PING") // the client goes on, on its own connection
 		})

@@ -1845,8 +1845,9 @@ func TestMuxSlowReaderCut(t *testing.T) {
 	fast.expect(t, muxBulk("s"), "GET", "slow:small")
 	time.Sleep(100 * time.Millisecond)
 	// The one holding the most: 64 GETs in one go, 16 MiB of replies. (Sent one at a
-	// time, they would be few: once 1 MiB of a client's replies wait, the rest of its
-	// commands go to a connection of its own, where Redis keeps their replies.)
+	// time, they would be few: a client is not read while its replies wait, and if it
+	// sends more, the rest of its commands go to a connection of its own, where Redis
+	// keeps their replies.)
 	most := dial()
 	if _, err := io.WriteString(most, strings.Repeat(muxCmd("GET", "slow:big"), 64)); err != nil {
 		t.Fatal(err)

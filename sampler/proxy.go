@@ -286,8 +286,9 @@ type ProxyStats struct {
 	// PinCommand (a command that keeps state or blocks), PinMalformed (bytes that do not
 	// parse), PinTooLarge (a command larger than BufferSize or than Redis takes), PinAuth
 	// (with UpstreamPassword set, a command before the client authenticated with the
-	// configured credentials, or an AUTH with others), PinBacklog (1 MiB of its replies
-	// waited in the proxy, as for a client that writes a whole pipeline before reading).
+	// configured credentials, or an AUTH with others), PinBacklog (it sent more while its
+	// replies waited in the proxy, as a client does that writes a whole pipeline before
+	// reading).
 	Pins map[string]uint64
 	// SharedFailures counts shared upstream connections that failed or could not be
 	// opened (Redis down, wanting AUTH, or refusing the configured credentials).
