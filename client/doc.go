@@ -67,7 +67,10 @@
 // errors on copies are counted (Stats, metrics) and logged. Writes of one key through one
 // client are ordered by a striped lock held from the original's write to the copies'
 // update, so: a read through any client that starts after a write through this client
-// has returned sees that write or a later one. Writes to the same key from several
+// has returned sees that write or a later one. Reads made while the write is under way
+// may see it on one copy and not yet on the next (the copies are written at once, not
+// in one step): two such reads can go back in time until the write returns. Writes to
+// the same key from several
 // processes at once can leave the copies with the older of two values until the next
 // write through an SDK or the agent's refresh of the copies; writes by clients without
 // the SDK reach the copies only by that refresh. A write the client cannot mirror safely
@@ -84,8 +87,10 @@
 // this client meanwhile wait for it, then go to the original only and keep the reads off
 // until the next repair, as does a write marked unknown after a repair began. So a
 // copy's node that hangs fails the attempt's first step and holds no write up; the first
-// write it fails to copy waits for the client's read timeout, and so does a write behind
-// an attempt whose node hung after its first step. Reads thus never return a value older than
+// write it fails to copy waits for the copying to give up, and so does a write behind an
+// attempt whose node hung after its first step: go-redis's read timeout, with its
+// retries, within Options.Cache.LoadTimeout (2s by default), which bounds each copying
+// and repair. Reads thus never return a value older than
 // one a read of the original returned after the write, except when the write itself
 // reaches Redis after the repair's commands, sent after it failed (a command delayed in
 // the network, not queued in the server). A plan that starts splitting a key, or
