@@ -56,6 +56,8 @@ type muxLoop struct {
 	maxKnown  bool            // limits were asked since the loop began or a shared connection last failed
 	outBytes  int             // the clients' replies waiting for room in their sockets, together (see deliver)
 	chunks    chunkPool       // for the clients' outQueues
+	inBufs    chunkPool       // the clients' input buffers, which only those with bytes pending hold (see spare)
+	junk      []byte          // reads whose bytes are dropped
 	paused    bool            // outBytes passed MaxOutputBytes: Redis's replies are not read (see pause)
 	stall     *time.Timer     // while paused: sets stallDue and wakes the loop once the pause lasted pauseLimit
 	stallDue  atomic.Bool
@@ -93,7 +95,7 @@ type loopUpstream struct {
 type loopClient struct {
 	pc      *proxyConn
 	fd      int
-	in      []byte // in[:pending] is read, parsed and not forwarded
+	in      []byte // in[:pending] is read, parsed and not forwarded; nil while nothing is (see spare)
 	pending int
 	base    int64    // the parser's offset at in[0]
 	out     outQueue // replies its socket had no room for yet
@@ -132,11 +134,12 @@ func (p *Proxy) startLoop() (*muxLoop, error) {
 // newLoop returns a loop with its shared connections open, not running yet.
 func (p *Proxy) newLoop() (*muxLoop, error) {
 	l := &muxLoop{p: p, epfd: -1, wakeR: -1, wakeW: -1, clients: make(map[int]*loopClient),
-		chunks: chunkPool{max: muxBacklog / outChunk}}
+		chunks: chunkPool{max: muxBacklog / outChunk}, inBufs: chunkPool{max: muxIdleBufs, size: p.bufSize}}
 	for i := range l.up {
 		l.up[i].fd = -1
 	}
 	l.in = make([]byte, max(p.bufSize, 64<<10))
+	l.junk = make([]byte, 16<<10)
 	l.events = make([]syscall.EpollEvent, 256)
 	l.failed = make([]int, 0, len(l.up))
 	if err := l.open(); err != nil {
@@ -442,7 +445,6 @@ func (l *muxLoop) admit() bool {
 	l.incoming = nil
 	l.mu.Unlock()
 	for _, c := range incoming {
-		c.in = make([]byte, l.p.bufSize)
 		c.base = c.pc.parser.Offset()
 		l.clients[c.fd] = c
 		if closing {
@@ -520,9 +522,13 @@ func (l *muxLoop) readClient(c *loopClient) {
 		}
 		return
 	}
+	if c.in == nil {
+		c.in = l.inBufs.get()[:l.p.bufSize]
+	}
 	n, err := ioRetry(rawRead, c.fd, c.in[c.pending:])
 	switch {
 	case err == syscall.EAGAIN:
+		l.spare(c)
 		return
 	case err != nil:
 		l.p.log.Debug("proxy: read client", "client", c.addr(), "err", err)
@@ -530,6 +536,7 @@ func (l *muxLoop) readClient(c *loopClient) {
 		return
 	case n == 0:
 		c.eof = true // answer what it asked, then close
+		l.spare(c)
 		l.update(c)
 		l.settle(c)
 		return
@@ -537,6 +544,17 @@ func (l *muxLoop) readClient(c *loopClient) {
 	c.pc.parser.Feed(c.in[c.pending : c.pending+n])
 	c.pending += n
 	l.parseClient(c)
+	l.spare(c)
+}
+
+// spare gives c's input buffer back to the loop's pool when it holds nothing: an idle
+// client holds none (with thousands of pooled connections, 64 KiB each made most of the
+// tap's memory). A pinned client's buffer goes with it (rest).
+func (l *muxLoop) spare(c *loopClient) {
+	if c.pending == 0 && !c.pinning && c.in != nil {
+		l.inBufs.put(c.in)
+		c.in = nil
+	}
 }
 
 // parseClient queues for Redis the whole plain commands in what c sent and the parser
@@ -690,13 +708,14 @@ func (l *muxLoop) release(c *loopClient) {
 	c.owed += cmds
 	c.pending = copy(c.in, c.in[n:c.pending])
 	c.base += int64(n)
+	l.spare(c)
 	l.update(c)
 }
 
 // discard reads what c sent while draining and drops it; at its end of file c is closed
 // once it is owed nothing.
 func (l *muxLoop) discard(c *loopClient) {
-	n, err := ioRetry(rawRead, c.fd, c.in)
+	n, err := ioRetry(rawRead, c.fd, l.junk)
 	switch {
 	case err == syscall.EAGAIN:
 	case err != nil:
@@ -1021,7 +1040,7 @@ func (l *muxLoop) settle(c *loopClient) {
 			// the deadline. What it sent is dropped first, so that the close sends no
 			// reset; were one to follow, it comes after the FIN.
 			for {
-				if n, err := ioRetry(rawRead, c.fd, c.in); n <= 0 || err != nil {
+				if n, err := ioRetry(rawRead, c.fd, l.junk); n <= 0 || err != nil {
 					break
 				}
 			}

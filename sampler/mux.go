@@ -33,6 +33,9 @@ const (
 	muxBacklog = 1 << 20
 	muxFlushAt = 8 << 10
 	muxOwed    = 1024
+	// muxIdleBufs is how many input buffers the loop keeps for the clients that send
+	// next; beyond that they go to the garbage collector.
+	muxIdleBufs = 64
 )
 
 // muxRetry is how long the proxy gives every new client its own connection after a

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/sampler"
 )
 
@@ -77,5 +79,38 @@ func TestMuxPipelineBeforeReading(t *testing.T) {
 			}
 			c.expect(t, "+PONG\r\n", "PING") // the client goes on, on its own connection
 		})
+	}
+}
+
+// TestMuxIdleClientsMemory: a shared client that sent its commands and was answered
+// holds no input buffer: each took 64 KiB (BufferSize) for as long as it stayed
+// connected, and 2,000 pooled connections took 150 MB of heap, past the 128 MiB the
+// deploy files give hotkeyd (found by the differential review).
+func TestMuxIdleClientsMemory(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink()})
+	const clients = 500
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	muxDial(t, p.Addr().String()).expect(t, "+PONG\r\n", "PING") // the loop and its shared connections
+	before := heap()
+	conns := make([]*muxConn, 0, clients)
+	for range clients {
+		c := muxDial(t, p.Addr().String())
+		c.expect(t, "+PONG\r\n", "PING")
+		conns = append(conns, c)
+	}
+	waitFor(t, "every client on the shared connections", func() bool { return p.Stats().SharedClients == clients+1 })
+	per := (int64(heap()) - int64(before)) / clients
+	t.Logf("heap in use per idle client, the test's side included: %d bytes", per)
+	if per > 24<<10 {
+		t.Errorf("heap in use grew by %d bytes per idle shared client; want under 24 KiB (its input buffer is %d)", per, sampler.DefaultProxyBufferSize)
+	}
+	for _, c := range conns {
+		c.expect(t, "+PONG\r\n", "PING") // each can still be served
 	}
 }

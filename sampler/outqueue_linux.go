@@ -15,10 +15,13 @@ type outQueue struct {
 }
 
 // chunkPool keeps the chunks outQueues gave back, up to max of them; beyond that they go
-// to the garbage collector, so that a burst's memory is given back after it.
+// to the garbage collector, so that a burst's memory is given back after it. Its chunks
+// have a capacity of size bytes, outChunk when 0. The loop keeps its clients' input
+// buffers in one too.
 type chunkPool struct {
 	free [][]byte
 	max  int
+	size int
 }
 
 func (p *chunkPool) get() []byte {
@@ -27,6 +30,9 @@ func (p *chunkPool) get() []byte {
 		p.free[k-1] = nil
 		p.free = p.free[:k-1]
 		return c[:0]
+	}
+	if p.size > 0 {
+		return make([]byte, 0, p.size)
 	}
 	return make([]byte, 0, outChunk)
 }
