@@ -310,7 +310,7 @@ func newProxyCollector(src proxyStatser) *proxyCollector {
 		src:         src,
 		clients:     prometheus.NewDesc("hotkeyd_proxy_clients", "Clients of the proxy tap now, by upstream connection: shared (multiplexed) or own.", []string{"conn"}, nil),
 		pins:        prometheus.NewDesc("hotkeyd_proxy_pins_total", "Clients the proxy tap moved from the shared upstream connection to their own, by reason (command, malformed, too_large, auth, backlog).", []string{"reason"}, nil),
-		sharedFail:  prometheus.NewDesc("hotkeyd_proxy_shared_failures_total", "Shared upstream connections that failed or could not be opened (Redis down, wanting AUTH, or refusing proxy.upstream_password).", nil, nil),
+		sharedFail:  prometheus.NewDesc("hotkeyd_proxy_shared_failures_total", "Shared upstream connections that failed or could not be opened (Redis down, wanting AUTH, or refusing proxy.upstream_password); not those Redis closed while idle (its timeout setting).", nil, nil),
 		batch:       prometheus.NewDesc("hotkeyd_proxy_sched_batch", "1 while the proxy tap runs hotkeyd's threads as SCHED_BATCH (proxy.sched_policy), 0 otherwise.", nil, nil),
 		outputCuts:  prometheus.NewDesc("hotkeyd_proxy_output_cuts_total", "Multiplexed clients the proxy tap disconnected because the replies waiting for its clients stayed past proxy.max_output_bytes for a second, while every client of the shared connections waited: those holding the most.", nil, nil),
 		outputBytes: prometheus.NewDesc("hotkeyd_proxy_output_bytes", "Replies the proxy tap holds for multiplexed clients that have not read them yet, in bytes (about proxy.max_output_bytes at most: past it the tap stops reading Redis), and those that clients pinned for their backlog took along.", nil, nil),

@@ -816,7 +816,7 @@ func (l *muxLoop) readUp(i int) {
 		l.upFailed(i, err)
 		return
 	case n == 0:
-		l.upFailed(i, errors.New("closed by Redis"))
+		l.upFailed(i, errClosedByRedis)
 		return
 	}
 	data := l.in[:n]
@@ -1119,15 +1119,28 @@ func (l *muxLoop) handBack(c *loopClient) {
 	}
 }
 
+// errClosedByRedis is a shared connection's end of file.
+var errClosedByRedis = errors.New("closed by Redis")
+
 // upFailed gives up shared connection i: the clients owed replies on it are closed,
 // since those replies are lost, and the loop dials a new one at the end of the turn. Its
-// descriptor is closed after the turn too (see finish).
+// descriptor is closed after the turn too (see finish). A connection that Redis closed
+// while it owed nothing and had nothing to send is not counted as failed nor warned of:
+// Redis's timeout setting closes connections idle that long, as the RESP3 pair is while
+// only RESP2 clients come, and the writes connection under reads alone.
 func (l *muxLoop) upFailed(i int, err error) {
 	u := &l.up[i]
 	if u.fd < 0 {
 		return
 	}
-	l.p.stats.sharedFailures.Add(1)
+	_, owed := u.queue.front()
+	idle := !owed && len(u.out) == 0 && err == errClosedByRedis
+	if idle {
+		l.p.log.Debug("proxy: Redis closed an idle shared upstream connection (its timeout setting?); opening another",
+			"upstream", l.p.upstream, "conn", upNames[i])
+	} else {
+		l.p.stats.sharedFailures.Add(1)
+	}
 	l.maxKnown = false // asked again at the redial
 	_ = l.ctl(syscall.EPOLL_CTL_DEL, u.fd, 0)
 	l.failed = append(l.failed, u.fd)
@@ -1148,8 +1161,10 @@ func (l *muxLoop) upFailed(i int, err error) {
 		l.drop(e.c)
 		u.queue.pop()
 	}
-	l.p.log.Warn("proxy: shared upstream connection failed; the clients owed replies on it are disconnected",
-		"upstream", l.p.upstream, "conn", upNames[i], "clients", dropped, "first_clients", strings.Join(named, ","), "err", err)
+	if !idle {
+		l.p.log.Warn("proxy: shared upstream connection failed; the clients owed replies on it are disconnected",
+			"upstream", l.p.upstream, "conn", upNames[i], "clients", dropped, "first_clients", strings.Join(named, ","), "err", err)
+	}
 	u.out = u.out[:0]
 	u.scan, u.push = replyScanner{}, false
 	l.throttle()

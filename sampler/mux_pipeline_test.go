@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hotkeyd/hotkeyd/internal/logbuf"
 	"github.com/hotkeyd/hotkeyd/internal/redistest"
 	"github.com/hotkeyd/hotkeyd/sampler"
 )
@@ -112,5 +114,34 @@ func TestMuxIdleClientsMemory(t *testing.T) {
 	}
 	for _, c := range conns {
 		c.expect(t, "+PONG\r\n", "PING") // each can still be served
+	}
+}
+
+// TestMuxIdleUpstreamClosed: Redis's timeout setting closes the shared connections that
+// stay idle that long (here the writes connection and the RESP3 pair, under RESP2
+// reads). That loses no client anything, so it is neither counted as a failure nor
+// warned of (the review saw 66 warnings and failures in a few minutes with timeout 1),
+// and the clients go on, writes included.
+func TestMuxIdleUpstreamClosed(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Args: []string{"--timeout", "1"}})
+	var logs logbuf.Buffer
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(),
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	c := muxDial(t, p.Addr().String())
+	for start := time.Now(); time.Since(start) < 3*time.Second; {
+		c.expect(t, muxNil, "GET", "idle:absent") // keeps the reads connection busy
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.expect(t, muxOK, "SET", "idle:k", "v")
+	c.expect(t, muxBulk("v"), "GET", "idle:k")
+	if s := p.Stats(); s.SharedFailures != 0 {
+		t.Errorf("shared connection failures %d; want 0: an idle connection closed by Redis failed no client", s.SharedFailures)
+	}
+	log := logs.String()
+	if strings.Contains(log, "level=WARN") {
+		t.Errorf("log warns:\n%s", log)
+	}
+	if !strings.Contains(log, "closed an idle shared upstream connection") {
+		t.Errorf("Redis closed no idle shared connection in 3 s with timeout 1 (the test's premise); log:\n%s", log)
 	}
 }

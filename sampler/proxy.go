@@ -291,7 +291,8 @@ type ProxyStats struct {
 	// reading).
 	Pins map[string]uint64
 	// SharedFailures counts shared upstream connections that failed or could not be
-	// opened (Redis down, wanting AUTH, or refusing the configured credentials).
+	// opened (Redis down, wanting AUTH, or refusing the configured credentials), but not
+	// those Redis closed while they owed nothing (its timeout setting).
 	SharedFailures uint64
 	// OutputBytes is the replies waiting now for multiplexed clients to read them, as of
 	// the event loop's last turn, and those pinned clients took along to their own
