@@ -59,7 +59,10 @@
 //
 // Copies (entries of kind copies): a read of one key (GET, HGET, LRANGE, …) goes to a
 // random copy; a copy that fails or answers as for a missing key (nil, empty, 0, -2: the
-// agent may not have written it yet) is read again on the original. Reads whose reply
+// agent may not have written it yet) is read again on the original. A copy's node that
+// does not answer (a timeout, a refused connection) turns the key's copy reads off in
+// this client, as a write of unknown outcome does (below), until a repair finds every
+// copy's node answering. Reads whose reply
 // type the client does not know go to the original. A single-key write (SET family, DEL, EXPIRE, INCR,
 // HSET, …) goes to the original; once it succeeds the copies are set to the original's
 // value, type and TTL (DUMP and RESTORE, or DEL when the original is gone), so they

@@ -604,7 +604,7 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 		}
 		if names := kp.readCopies(now); names != nil {
 			if _, known := absentReply(cmd); known {
-				return c.readCopy(ctx, cmd, names, next)
+				return c.readCopy(ctx, cmd, key, kp, names, next)
 			}
 		}
 		return next(ctx, cmd)
@@ -724,7 +724,7 @@ func (c *Client) getL1(ctx context.Context, cmd redis.Cmder, key string, ttl tim
 			lc := redis.NewStringCmd(lctx, "get", key)
 			var err error
 			if names := kp.readCopies(c.now()); names != nil {
-				err = c.readCopy(lctx, lc, names, next)
+				err = c.readCopy(lctx, lc, key, kp, names, next)
 			} else {
 				err = next(lctx, lc)
 			}
@@ -751,14 +751,17 @@ func (c *Client) getL1(ctx context.Context, cmd redis.Cmder, key string, ttl tim
 	return nil
 }
 
-// readCopy sends a one-key read to a random copy: it rewrites the key argument for the
-// call and puts it back. A read the copy fails, or answers as Redis does for a missing
-// key (nil, empty, 0, -2: the agent may not have written the copy yet, or has deleted it
-// already), is repeated on the original.
-func (c *Client) readCopy(ctx context.Context, cmd redis.Cmder, names []string, next redis.ProcessHook) error {
+// readCopy sends a one-key read of key, planned kp, to a random copy: it rewrites the
+// key argument for the call and puts it back. A read the copy fails, or answers as Redis
+// does for a missing key (nil, empty, 0, -2: the agent may not have written the copy
+// yet, or has deleted it already), is repeated on the original. A copy's node that does
+// not answer (a timeout, a refused or broken connection) turns the key's copy reads off
+// as a write of unknown outcome does, until a repair finds every copy's node answering
+// again: each read sent to a hung node would otherwise wait for the read timeout.
+func (c *Client) readCopy(ctx context.Context, cmd redis.Cmder, key string, kp *keyPlan, names []string, next redis.ProcessHook) error {
 	args := cmd.Args()
-	orig := args[1]
-	args[1] = names[c.pick(len(names))]
+	orig, name := args[1], names[c.pick(len(names))]
+	args[1] = name
 	err := next(ctx, cmd)
 	args[1] = orig
 	if missing, _ := absentReply(cmd); err == nil && !missing {
@@ -766,6 +769,10 @@ func (c *Client) readCopy(ctx context.Context, cmd redis.Cmder, names []string, 
 		return nil
 	}
 	c.copyFallbacks.Add(1)
+	if unanswered(err) && ctx.Err() == nil && c.unsure(key, kp) {
+		c.log.Warn("hotkeyd: reading a key's copy failed; this client reads the key from the original until every copy's node answers again",
+			"key", key, "copy", name, "err", err)
+	}
 	cmd.SetErr(nil)
 	forgetSlot(cmd) // routed by the copy's name: route it by the original's
 	return next(ctx, cmd)
@@ -849,12 +856,11 @@ return {t, redis.call('DUMP', KEYS[1])}`)
 // repair has copied the original to the copies (see unsure).
 func (c *Client) afterWrite(ctx context.Context, key string, kp *keyPlan, err error) {
 	if err != nil && err != redis.Nil {
-		var rerr redis.Error
-		if !errors.As(err, &rerr) || isNetError(err) {
+		if unanswered(err) {
 			c.mirrorErrors.Add(1)
 			c.unsure(key, kp) // the write may or may not have happened
 		}
-		return // Redis refused the write: nothing changed
+		return // else Redis refused the write: nothing changed
 	}
 	ictx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(ctx), internalKey{}, true), c.timeout)
 	defer cancel()
@@ -868,6 +874,14 @@ func (c *Client) afterWrite(ctx context.Context, key string, kp *keyPlan, err er
 		return
 	}
 	c.mirrors.Add(1)
+}
+
+// unanswered reports whether err, a command's, says that its node did not answer (a
+// timeout, a refused or broken connection, go-redis's pool timeout) rather than that
+// Redis answered with an error.
+func unanswered(err error) bool {
+	var rerr redis.Error
+	return err != nil && err != redis.Nil && (!errors.As(err, &rerr) || isNetError(err))
 }
 
 func isNetError(err error) bool {

@@ -244,3 +244,44 @@ func TestHungCopyNodeHoldsNoWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestHungCopyNodeReads: with a copy's primary hung, reads of the split key stop going
+// to that copy after the first one that times out, and come back to the copies once it
+// answers again. Each read sent to it waited for the read timeout before the original
+// answered, for as long as the node hung and nothing wrote the key (the verifying review
+// saw reads stop for 4 s of a 12 s hang, 4 readers, 1 s timeout).
+func TestHungCopyNodeReads(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	key := "cp:read:hung"
+	_, names, owners := splitAcross(t, cl, key)
+	ps := startPlanServer(t)
+	ps.publish(copiesEntry(key, names, time.Minute))
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	c := attachTo(t, rdb, ps, Options{})
+	if err := rdb.Set(ctx, key, "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	kp := c.follower.cur.Load().lookup(key)
+	owners[0].Pause(t)
+	fallbacks := c.Stats().Copies.Fallbacks
+	const reads = 20 // within the cluster's node timeout (5 s) even at 300 ms each
+	for i := range reads {
+		if v, err := rdb.Get(ctx, key).Result(); v != "v" || err != nil {
+			t.Fatalf("GET %d with a copy's node hung: %q, %v; want v from the original", i, v, err)
+		}
+	}
+	if n := c.Stats().Copies.Fallbacks - fallbacks; n > 1 {
+		t.Errorf("%d of %d reads went to a copy first and fell back; want 1 at most: the first that timed out turns the copy reads off", n, reads)
+	}
+	owners[0].Resume(t)
+	waitFor(t, func() bool { return kp.readCopies(c.now()) != nil })
+	reads0 := c.Stats().Copies.Reads
+	for range 10 {
+		rdb.Get(ctx, key)
+	}
+	if c.Stats().Copies.Reads == reads0 {
+		t.Error("no read went to the copies after the node answered again")
+	}
+}
