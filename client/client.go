@@ -126,7 +126,7 @@ type Client struct {
 
 	// stripes order the writes of a split key and the copying of their result within
 	// the process, so the copies end with the value the original ends with.
-	stripes [64]stripe
+	stripes [64]stripe // 64 at most: lockStripes takes a uint64 of their indexes
 
 	copyReads, copyFallbacks, mirrors, mirrorErrors, unmirrored, repairs atomic.Uint64
 

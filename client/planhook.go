@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"net"
 	"slices"
 	"strconv"
@@ -397,28 +398,53 @@ func (c *Client) processPipeline(ctx context.Context, cmds []redis.Cmder, next r
 			toCopy = append(toCopy, written{key, kp, cmd})
 		}
 	}
+	// The stripes of the keys to copy are held from before the writes, as in process:
+	// a repair that read the original before a write and cleared the mark after it
+	// would leave copies without the write, read while the pipeline copies them.
+	var held uint64
+	for _, w := range toCopy {
+		held |= 1 << c.stripeIndex(w.key)
+	}
+	if err := c.lockStripes(ctx, held); err != nil {
+		for _, cmd := range cmds {
+			cmd.SetErr(err)
+		}
+		return err
+	}
+	defer c.unlockStripes(held)
 	c.invalidate(ix, keys)
 	err := next(ctx, cmds)
 	defer c.invalidate(ix, keys) // once the copies took the writes, as in process
 	defer c.splitMeanwhile(ix, keys)
 	c.wroteUnmirrored(ix, unmirrored)
 	for _, w := range toCopy {
-		st := c.stripe(w.key)
-		if st.lock(ctx) != nil {
-			// The write is done but ctx ended before its copying could start: this
-			// client reads the key from the original until a repair has copied it.
-			c.mirrorErrors.Add(1)
-			c.unsure(w.key, w.kp)
-			continue
-		}
 		if w.kp.copyState.Load()&copyUnsure != 0 {
 			c.unsure(w.key, w.kp) // left to the repair, as in process
 		} else {
 			c.afterWrite(ctx, w.key, w.kp, w.cmd.Err())
 		}
-		st.unlock()
 	}
 	return err
+}
+
+// lockStripes takes the stripes whose indexes are set in mask, in their order (so that
+// two pipelines never wait for each other), or none and ctx's error if ctx ends first.
+func (c *Client) lockStripes(ctx context.Context, mask uint64) error {
+	for m := mask; m != 0; m &= m - 1 {
+		i := bits.TrailingZeros64(m)
+		if err := c.stripes[i].lock(ctx); err != nil {
+			c.unlockStripes(mask &^ m) // those taken: the bits below i
+			return err
+		}
+	}
+	return nil
+}
+
+// unlockStripes releases the stripes whose indexes are set in mask.
+func (c *Client) unlockStripes(mask uint64) {
+	for m := mask; m != 0; m &= m - 1 {
+		c.stripes[bits.TrailingZeros64(m)].unlock()
+	}
 }
 
 // lookup returns the plan of key, nil when it has none.
@@ -676,7 +702,12 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, ix *planIndex, ne
 
 // stripe returns the lock that orders the writes of key and the copying of their result.
 func (c *Client) stripe(key string) *stripe {
-	return &c.stripes[xxhash.Sum64String(key)&uint64(len(c.stripes)-1)]
+	return &c.stripes[c.stripeIndex(key)]
+}
+
+// stripeIndex returns the index of key's stripe in c.stripes.
+func (c *Client) stripeIndex(key string) int {
+	return int(xxhash.Sum64String(key) & uint64(len(c.stripes)-1))
 }
 
 // stripe is a lock whose waiters give up when their context ends. It guards the copies
