@@ -54,7 +54,8 @@ func testRepairRacesWrites(t *testing.T, key string, write func(ctx context.Cont
 	var wg sync.WaitGroup
 	var readErr error
 	var acked atomic.Int64 // the last value whose write returned
-	wg.Go(func() {         // a reader: never older than what was written before it began
+	// A reader: never older than what was written before it began.
+	wg.Go(func() {
 		for {
 			select {
 			case <-stop:
