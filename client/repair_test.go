@@ -139,6 +139,36 @@ func splitAcross(t *testing.T, cl *redistest.Cluster, key string) (primary *redi
 	return primary, names, owners
 }
 
+// clusterSplit is a key split across a 3-primary cluster (see splitOnCluster).
+type clusterSplit struct {
+	rdb     *redis.ClusterClient
+	c       *Client
+	kp      *keyPlan
+	primary *redistest.Server   // the original's
+	names   []string            // the copies
+	owners  []*redistest.Server // the copies' primaries, other than primary
+}
+
+// splitOnCluster starts a 3-primary cluster and a plan server whose plan splits key into
+// two copies on the other primaries, attaches a client whose go-redis reads time out
+// after readTimeout and retry nothing, and sets key to value.
+func splitOnCluster(t *testing.T, key, value string, readTimeout time.Duration) clusterSplit {
+	t.Helper()
+	cl := redistest.StartCluster(t, 3)
+	var sp clusterSplit
+	sp.primary, sp.names, sp.owners = splitAcross(t, cl, key)
+	ps := startPlanServer(t)
+	ps.publish(copiesEntry(key, sp.names, time.Minute))
+	sp.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: readTimeout, MaxRetries: -1})
+	t.Cleanup(func() { sp.rdb.Close() })
+	sp.c = attachTo(t, sp.rdb, ps, Options{})
+	if err := sp.rdb.Set(context.Background(), key, value, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sp.kp = sp.c.follower.cur.Load().lookup(key)
+	return sp
+}
+
 // TestCopiesRepairAfterPrimaryKill: the primary holding a split key's original is killed
 // (kill -9) and a write of the key fails; its replica takes over. Reads of the key go
 // back to the copies on the other primaries soon after, without a new plan, and never
@@ -222,20 +252,11 @@ func TestCopiesRepairAfterPrimaryKill(t *testing.T) {
 // here) made every write of the key wait for it, and a writer whose deadline was
 // shorter failed (18–19 write errors in 12 s in the review that found it).
 func TestHungCopyNodeHoldsNoWrites(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
 	ctx := context.Background()
 	key := "cp:repair:hung"
-	primary, names, owners := splitAcross(t, cl, key)
-	ps := startPlanServer(t)
-	ps.publish(copiesEntry(key, names, time.Minute))
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: 2 * time.Second, MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
-	c := attachTo(t, rdb, ps, Options{})
-	if err := rdb.Set(ctx, key, "0", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	kp := c.follower.cur.Load().lookup(key)
-	hung := owners[0]
+	sp := splitOnCluster(t, key, "0", 2*time.Second)
+	rdb, c, kp, names, primary := sp.rdb, sp.c, sp.kp, sp.names, sp.primary
+	hung := sp.owners[0]
 	hung.Pause(t)
 	c.unsure(key, kp) // as a write of unknown outcome does: a repair is due
 	// Within the cluster's node timeout (5 s), after which the others would mark the hung
@@ -271,19 +292,10 @@ func TestHungCopyNodeHoldsNoWrites(t *testing.T) {
 // answered, for as long as the node hung and nothing wrote the key (the verifying review
 // saw reads stop for 4 s of a 12 s hang, 4 readers, 1 s timeout).
 func TestHungCopyNodeReads(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
 	ctx := context.Background()
 	key := "cp:read:hung"
-	_, names, owners := splitAcross(t, cl, key)
-	ps := startPlanServer(t)
-	ps.publish(copiesEntry(key, names, time.Minute))
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
-	c := attachTo(t, rdb, ps, Options{})
-	if err := rdb.Set(ctx, key, "v", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	kp := c.follower.cur.Load().lookup(key)
+	sp := splitOnCluster(t, key, "v", 300*time.Millisecond)
+	rdb, c, kp, owners := sp.rdb, sp.c, sp.kp, sp.owners
 	owners[0].Pause(t)
 	fallbacks := c.Stats().Copies.Fallbacks
 	const reads = 20 // within the cluster's node timeout (5 s) even at 300 ms each
