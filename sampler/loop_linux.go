@@ -1136,7 +1136,7 @@ func (l *muxLoop) upFailed(i int, err error) {
 	_, owed := u.queue.front()
 	idle := !owed && len(u.out) == 0 && err == errClosedByRedis
 	if idle {
-		l.p.log.Debug("proxy: Redis closed an idle shared upstream connection (its timeout setting?); opening another",
+		l.p.log.Debug("proxy: Redis closed an idle shared upstream connection (its timeout setting, or a restart); opening another",
 			"upstream", l.p.upstream, "conn", upNames[i])
 	} else {
 		l.p.stats.sharedFailures.Add(1)
