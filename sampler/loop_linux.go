@@ -645,6 +645,18 @@ func (l *muxLoop) parseClient(c *loopClient) {
 		pin = &l.p.stats.pinTooLarge
 		pc.sent = int64(held)
 	}
+	var pinName string // the command that pinned it, for the log
+	if pin != nil {
+		if pc.sent > int64(held) && l.p.log.Enabled(context.Background(), slog.LevelDebug) {
+			pinName = string(ps.Name())
+		}
+		// The parser still reads in[:pending] until it has parsed all of it: before the
+		// shift below, or it would take shifted bytes for the rest of the stream (and stop
+		// sampling the connection at a command that crosses the buffer's end). sent counts
+		// the commands of rest, which its own connection is sent first: those held, the
+		// one that pinned it when parsed, and those sampleRest parses.
+		pc.sampleRest()
+	}
 	if cmds > 0 {
 		if l.p.sched == SchedAuto {
 			l.p.stats.countRead(cmds)
@@ -662,17 +674,14 @@ func (l *muxLoop) parseClient(c *loopClient) {
 		}
 	}
 	if pin != nil {
-		// sent counts the commands of rest, which its own connection is sent first: those
-		// held, the one that pinned it when parsed, and those sampleRest parses.
 		pin.Add(1)
 		if l.p.log.Enabled(context.Background(), slog.LevelDebug) {
 			attrs := []any{"client", c.addr(), "reason", l.p.stats.pinReason(pin)}
-			if pc.sent > int64(held) { // a command pinned it, not bytes
-				attrs = append(attrs, "command", string(ps.Name()))
+			if pinName != "" { // a command pinned it, not bytes
+				attrs = append(attrs, "command", pinName)
 			}
 			l.p.log.Debug("proxy: client pinned: it gets a connection of its own", attrs...)
 		}
-		pc.sampleRest()
 		c.rest = c.in[:c.pending]
 		c.pinning = true
 		l.update(c)

@@ -145,3 +145,39 @@ func TestMuxIdleUpstreamClosed(t *testing.T) {
 		t.Errorf("Redis closed no idle shared connection in 3 s with timeout 1 (the test's premise); log:\n%s", log)
 	}
 }
+
+// TestMuxPinKeepsSampling: a client pinned by a command while it is owed a reply, whose
+// commands run past the end of the tap's 64 KiB buffer, is sampled to its last command.
+// The loop moved the buffer's bytes before the parser had read them all, so the parser
+// took the moved bytes for the rest of the stream, met a protocol error at the command
+// that crossed the buffer's end and stopped sampling the connection; such a connection
+// also held a graceful stop to its drain timeout (found by the verifying review).
+func TestMuxPinKeepsSampling(t *testing.T) {
+	srv := redisWith(t, map[string]string{"pk:s": "x"})
+	sink := newRecordSink()
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: sink, SampleEvery: 1})
+	c := muxDial(t, p.Addr().String())
+	var b bytes.Buffer
+	b.WriteString(muxCmd("GET", "pk:s"))       // owed when the next pins it
+	b.WriteString(muxCmd("CLIENT", "GETNAME")) // pins it
+	const exists = 100                         // 1 KB each: past 64 KiB
+	for i := range exists {
+		b.WriteString(muxCmd("EXISTS", fmt.Sprintf("pk:%03d:%s", i, strings.Repeat("p", 400))))
+	}
+	c.send(t, b.String())
+	for range 2 + exists {
+		c.reply(t)
+	}
+	count := func() (samples, malformed int) {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return len(sink.samples), sink.drops[sampler.DropMalformed]
+	}
+	n, bad := count()
+	for deadline := time.Now().Add(5 * time.Second); n < 1+exists && time.Now().Before(deadline); n, bad = count() {
+		time.Sleep(10 * time.Millisecond) // the proxy hands samples on every 100 ms
+	}
+	if n != 1+exists || bad != 0 {
+		t.Errorf("%d samples, %d dropped as malformed; want %d (the GET and every EXISTS), none dropped", n, bad, 1+exists)
+	}
+}
