@@ -134,7 +134,7 @@ func (p *Proxy) startLoop() (*muxLoop, error) {
 // newLoop returns a loop with its shared connections open, not running yet.
 func (p *Proxy) newLoop() (*muxLoop, error) {
 	l := &muxLoop{p: p, epfd: -1, wakeR: -1, wakeW: -1, clients: make(map[int]*loopClient),
-		chunks: chunkPool{max: muxBacklog / outChunk}, inBufs: chunkPool{max: muxIdleBufs, size: p.bufSize}}
+		chunks: chunkPool{max: muxSpareOut / outChunk}, inBufs: chunkPool{max: muxIdleBufs, size: p.bufSize}}
 	for i := range l.up {
 		l.up[i].fd = -1
 	}

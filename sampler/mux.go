@@ -15,7 +15,7 @@ import (
 // Multiplexing: see Proxy for what it does and loop_linux.go for how.
 
 // muxOpen is how many bytes of commands may wait for the shared connection before the
-// proxy stops reading clients until Redis has taken them; muxBacklog is how many bytes
+// proxy stops reading clients until Redis has taken them; muxSpareOut is how many bytes
 // of the chunks that hold the replies waiting for clients the loop keeps for reuse;
 // muxOwed is how many replies a client may be owed before the proxy stops reading it
 // until Redis has sent some (far above what clients pipeline, save a whole pipeline
@@ -29,10 +29,10 @@ import (
 // a time took pipelined GETs from 0.75–0.81× to 0.77–0.96× of direct Redis in A/B runs
 // (docs/BENCHMARKS.md). Unpipelined turns rarely gather this much.
 const (
-	muxOpen    = 4 << 20
-	muxBacklog = 1 << 20
-	muxFlushAt = 8 << 10
-	muxOwed    = 1024
+	muxOpen     = 4 << 20
+	muxSpareOut = 1 << 20
+	muxFlushAt  = 8 << 10
+	muxOwed     = 1024
 	// muxIdleBufs is how many input buffers the loop keeps for the clients that send
 	// next; beyond that they go to the garbage collector.
 	muxIdleBufs = 64
