@@ -65,6 +65,7 @@ type muxLoop struct {
 	throttled bool          // Redis is behind, or draining: clients' commands are not read
 	draining  bool          // Shutdown: owed replies go out, then each client gets a FIN
 	finished  []*loopClient // clients to close or hand back after this turn
+	stopped   []*loopClient // clients whose parsing stopped at muxOwed (see loopClient.more)
 	failed    []int         // failed shared connections' descriptors, closed after this turn
 	routes    routeMemo     // where the last command name went
 	authArgs  authArgs      // parses AUTH and HELLO … AUTH again, with all their arguments
@@ -102,6 +103,8 @@ type loopClient struct {
 	owed    int      // replies Redis owes it
 	on      int      // the shared connection that owes them
 	held    int      // in[:held] are a write sent behind reads it is owed and what follows (see hold)
+	more    bool     // its parsing stopped at window before the end of in[:pending] (see parseMore)
+	window  int      // replies it may be owed before its parsing stops, muxWindow up to muxOwed
 	heldN   int      // the commands in in[:held]
 	resp3   bool     // it asked for RESP3 with HELLO 3
 	authed  bool     // with UpstreamPassword set: it authenticated with the configured credentials
@@ -271,7 +274,7 @@ func (l *muxLoop) adopt(pc *proxyConn) bool {
 		l.p.untrack(pc)
 		return true // the client is closed: nothing more to do
 	}
-	l.incoming = append(l.incoming, &loopClient{pc: pc, fd: fd, events: regNone})
+	l.incoming = append(l.incoming, &loopClient{pc: pc, fd: fd, events: regNone, window: muxWindow})
 	l.p.stats.shared.Add(1)
 	l.wake()
 	return true
@@ -409,6 +412,9 @@ func (l *muxLoop) turn(n int) bool {
 	if l.paused && l.outBytes <= l.p.maxOutput/2 {
 		l.resume()
 	}
+	if len(l.stopped) > 0 {
+		l.parseMoreAll()
+	}
 	l.finish()
 	l.p.stats.outputBytes.Store(int64(l.outBytes))
 	if l.draining {
@@ -470,7 +476,7 @@ func (l *muxLoop) startDrain() {
 		if c.closed || c.done {
 			continue // a pinned client handed back now drains on its own (runOwn)
 		}
-		c.pinning, c.rest, c.pending, c.held, c.heldN = false, nil, 0, 0, 0
+		c.pinning, c.rest, c.pending, c.held, c.heldN, c.more = false, nil, 0, 0, 0, false
 		l.update(c)
 		l.settle(c)
 	}
@@ -482,7 +488,7 @@ func (l *muxLoop) update(c *loopClient) {
 		return
 	}
 	var want uint32
-	if !c.pinning && !c.eof && !l.throttled && c.held == 0 && c.owed < muxOwed && (c.backlog() == 0 || c.owed == 0) {
+	if !c.pinning && !c.eof && !l.throttled && c.held == 0 && !c.more && c.owed < muxOwed && (c.backlog() == 0 || c.owed == 0) {
 		want |= syscall.EPOLLIN // with replies waiting, to see it send more (see readClient)
 	} else if l.draining && !c.eof {
 		want |= syscall.EPOLLIN // to drop what it sends
@@ -512,7 +518,7 @@ func (l *muxLoop) update(c *loopClient) {
 // replies or more, so that what Redis owes a client that stops reading stays within
 // what the tap can take in (MaxOutputBytes) while it waits for those replies.
 func (l *muxLoop) readClient(c *loopClient) {
-	if c.closed || c.pinning || c.eof || l.throttled || c.held > 0 || c.backlog() > 0 || c.owed >= muxOwed {
+	if c.closed || c.pinning || c.eof || l.throttled || c.held > 0 || c.more || c.backlog() > 0 || c.owed >= muxOwed {
 		switch {
 		case l.draining && !c.closed && !c.eof:
 			l.discard(c)
@@ -544,7 +550,11 @@ func (l *muxLoop) readClient(c *loopClient) {
 	c.pc.parser.Feed(c.in[c.pending : c.pending+n])
 	c.pending += n
 	l.parseClient(c)
+	if c.more {
+		l.stopped = append(l.stopped, c)
+	}
 	l.spare(c)
+	l.update(c) // not read while owed muxOwed
 }
 
 // spare gives c's input buffer back to the loop's pool when it holds nothing: an idle
@@ -562,14 +572,22 @@ func (l *muxLoop) spare(c *loopClient) {
 // its buffer or than Redis takes (limits.maxCmd) pin it. With UpstreamPassword set, so
 // do any command before it authenticated with the configured credentials and an AUTH
 // with other credentials; an AUTH with the configured ones is a plain command (see
-// Proxy). A write behind reads it is owed is held (see hold).
+// Proxy). A write behind reads it is owed is held (see hold). Parsing stops where c
+// would be owed window replies (see parseMore).
 func (l *muxLoop) parseClient(c *loopClient) {
 	pc := c.pc
 	ps := pc.parser
 	end, cmds := 0, 0  // in[:end] holds cmds whole commands for the shared connection
 	last, held := 0, 0 // in[:last] holds every whole command parsed; in[end:last] held ones (see hold)
 	var pin *atomic.Uint64
-	for pc.nextCommand() {
+	for {
+		if c.owed+cmds+held >= c.window && ps.Buffered() > 0 {
+			c.more = true
+			break
+		}
+		if !pc.nextCommand() {
+			break
+		}
 		if ps.Offset()-c.base-int64(last) > l.limits.maxCmd {
 			// Redis would refuse it and close the shared connection.
 			pin = &l.p.stats.pinTooLarge
@@ -635,6 +653,7 @@ func (l *muxLoop) parseClient(c *loopClient) {
 	case ps.Err() != nil:
 		pin = &l.p.stats.pinMalformed // bytes Redis must judge
 		pc.sent = int64(held)
+	case c.more:
 	case pin == nil && c.pending == len(c.in) && last == 0:
 		pin = &l.p.stats.pinTooLarge // a command larger than the buffer
 	case pin == nil && int64(c.pending-last)+ps.bulkRemaining() > min(int64(len(c.in)), l.limits.maxCmd):
@@ -665,8 +684,7 @@ func (l *muxLoop) parseClient(c *loopClient) {
 		u.out = append(u.out, c.in[:end]...)
 		u.queue.push(c, cmds)
 		c.owed += cmds
-		c.pending = copy(c.in, c.in[end:c.pending])
-		c.base += int64(end)
+		l.shift(c, end)
 		// Send early what is enough to start Redis on (unless the last write is still
 		// waiting for room), and stop at muxOpen.
 		if len(u.out) >= muxOpen || len(u.out) >= muxFlushAt && u.events&syscall.EPOLLOUT == 0 {
@@ -715,10 +733,68 @@ func (l *muxLoop) release(c *loopClient) {
 	u.out = append(u.out, c.in[:n]...) // written at the end of the turn
 	u.queue.push(c, cmds)
 	c.owed += cmds
-	c.pending = copy(c.in, c.in[n:c.pending])
-	c.base += int64(n)
+	l.shift(c, n)
 	l.spare(c)
 	l.update(c)
+}
+
+// shift drops in[:n], which went to a shared connection, moving what follows to the
+// front. A parser stopped before the end of its input (more) is told where that input
+// is now.
+func (l *muxLoop) shift(c *loopClient, n int) {
+	c.pending = copy(c.in, c.in[n:c.pending])
+	c.base += int64(n)
+	if ps := c.pc.parser; c.more {
+		ps.Refeed(c.in[c.pending-ps.Buffered() : c.pending])
+	}
+}
+
+// parseMore goes on with c, whose parsing stopped where it would have been owed window
+// replies (more): a client that sends a long pipeline at once, such as one written whole
+// before reading, has at most window commands in flight, not all those of one read of
+// its socket (up to 3,000 GETs in 64 KiB, whose replies could pass MaxOutputBytes while
+// it is still writing). Its next commands go once Redis answered half of those and its
+// socket took the replies, and its window doubles, up to muxOwed: it starts at
+// muxWindow so that the first replies to a client that is not reading stay within the
+// budget and its socket for values of up to 1 MB. If the replies wait for it once it is owed
+// nothing, it is not reading, and it is pinned with the rest (pinBacklog), as when it
+// sends more then. Reports whether c waits no more.
+func (l *muxLoop) parseMore(c *loopClient) bool {
+	switch {
+	case !c.more || c.closed || c.hup || c.pinning:
+		c.more = false // gone, or its bytes go with it (rest)
+		return true
+	case l.throttled || c.held > 0:
+		return false
+	case c.backlog() > 0 && c.owed == 0:
+		l.pinBacklog(c)
+		l.settle(c)
+		return true
+	case c.backlog() > 0 || c.owed > c.window/2:
+		return false
+	}
+	c.more = false
+	c.window = min(2*c.window, muxOwed)
+	l.parseClient(c)
+	l.spare(c)
+	l.update(c)
+	return !c.more
+}
+
+// parseMoreAll runs parseMore on the clients whose parsing stopped, at the end of each
+// turn, and sends what they had.
+func (l *muxLoop) parseMoreAll() {
+	kept := l.stopped[:0]
+	for _, c := range l.stopped {
+		if !l.parseMore(c) {
+			kept = append(kept, c)
+		}
+	}
+	clear(l.stopped[len(kept):])
+	l.stopped = kept
+	for i := range l.up {
+		l.flushUp(i)
+	}
 }
 
 // discard reads what c sent while draining and drops it; at its end of file c is closed
@@ -918,6 +994,10 @@ func (l *muxLoop) pinBacklog(c *loopClient) {
 	l.p.log.Debug("proxy: client pinned: it gets a connection of its own", "client", c.addr(),
 		"reason", PinBacklog, "replies_waiting", c.backlog())
 	c.pc.sent = 0
+	if c.more { // what it sent from in[0] on is not parsed yet
+		c.more = false
+		c.pc.sampleRest()
+	}
 	c.rest = c.in[:c.pending]
 	c.pinning = true
 	l.update(c)

@@ -17,10 +17,9 @@ import (
 // muxOpen is how many bytes of commands may wait for the shared connection before the
 // proxy stops reading clients until Redis has taken them; muxSpareOut is how many bytes
 // of the chunks that hold the replies waiting for clients the loop keeps for reuse;
-// muxOwed is how many replies a client may be owed before the proxy stops reading it
-// until Redis has sent some (far above what clients pipeline, save a whole pipeline
-// written before reading, which it holds the replies of in flight to muxOwed and a
-// buffer's worth of commands).
+// muxOwed is how many replies a client may be owed: the proxy reads and parses no more
+// of it until Redis has answered some (far above what clients pipeline, save a long
+// pipeline sent at once; see parseMore).
 //
 // muxFlushAt is how many bytes of commands a turn of the loop gathers for a shared
 // connection before it sends them on, rather than waiting for the end of the turn: Redis
@@ -33,6 +32,7 @@ const (
 	muxSpareOut = 1 << 20
 	muxFlushAt  = 8 << 10
 	muxOwed     = 1024
+	muxWindow   = 16 // replies a client may be owed before its parsing stops, at first (see parseMore)
 	// muxIdleBufs is how many input buffers the loop keeps for the clients that send
 	// next; beyond that they go to the garbage collector.
 	muxIdleBufs = 64

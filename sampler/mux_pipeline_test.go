@@ -41,6 +41,11 @@ func TestMuxPipelineBeforeReading(t *testing.T) {
 		{"shared", 10_000, 700, "", "", 400_000, sampler.PinBacklog, sampler.PinCommand},
 		{"pinned-by-command", 10_000, 700, muxCmd("CLIENT", "SETNAME", "piped"), muxOK, 400_000, sampler.PinCommand, sampler.PinBacklog},
 		{"small-replies", 100, 1_000_000, "", "", 0, sampler.PinBacklog, sampler.PinCommand},
+		// The tap's first read of it holds up to 2,800 GETs, 28 MB of replies, past the
+		// 16 MiB it holds for clients (MaxOutputBytes): it sends Redis at most muxWindow
+		// of them first, then twice as many while the replies go out.
+		{"large-replies", 10_000, 3_000, "", "", 400_000, sampler.PinBacklog, sampler.PinCommand},
+		{"1mb-replies", 1_000_000, 40, "", "", 400_000, sampler.PinBacklog, sampler.PinCommand},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			value := strings.Repeat("p", tc.value)
@@ -179,5 +184,68 @@ func TestMuxPinKeepsSampling(t *testing.T) {
 	}
 	if n != 1+exists || bad != 0 {
 		t.Errorf("%d samples, %d dropped as malformed; want %d (the GET and every EXISTS), none dropped", n, bad, 1+exists)
+	}
+}
+
+// TestMuxLongPipelineSampled: a pipeline longer than muxOwed in one read of the tap
+// goes to Redis muxOwed commands at a time, the rest waiting in the client's buffer,
+// parsed only when their turn comes; the buffer's bytes move in between. Every command
+// is still answered in order and sampled once, commands across the buffer's end
+// included (keys of varied lengths put them there).
+func TestMuxLongPipelineSampled(t *testing.T) {
+	srv := redistest.Start(t)
+	sink := newRecordSink()
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: sink, SampleEvery: 1, BatchSize: 16 << 10})
+	const gets = 12_000 // 600 KB, over 1,000 commands per 64 KiB read
+	var pipe bytes.Buffer
+	want := make(map[string]bool, gets)
+	for i := range gets {
+		key := fmt.Sprintf("lp:%05d:%s", i, strings.Repeat("k", i%41))
+		want[key] = true
+		if i%2 == 0 {
+			pipe.WriteString(muxCmd("EXISTS", key))
+		} else {
+			pipe.WriteString(muxCmd("GET", key))
+		}
+	}
+	c := muxDial(t, p.Addr().String())
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	written := make(chan error, 1)
+	go func() { _, err := c.Write(pipe.Bytes()); written <- err }()
+	r := bufio.NewReader(c)
+	for i := range gets {
+		wantReply := muxNil
+		if i%2 == 0 {
+			wantReply = muxInt(0)
+		}
+		if got, err := muxReadReply(r); got != wantReply {
+			t.Fatalf("reply %d: %q, %v; want %q", i, got, err, wantReply)
+		}
+	}
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	c.expect(t, "+PONG\r\n", "PING")
+	count := func() (keys map[string]int, n, malformed, overload int) {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		keys = map[string]int{}
+		for _, s := range sink.samples {
+			keys[s.key]++
+		}
+		return keys, len(sink.samples), sink.drops[sampler.DropMalformed], sink.drops[sampler.DropOverload]
+	}
+	keys, n, bad, overload := count()
+	for deadline := time.Now().Add(5 * time.Second); n < gets && time.Now().Before(deadline); keys, n, bad, overload = count() {
+		time.Sleep(10 * time.Millisecond) // the proxy hands samples on every 100 ms
+	}
+	if n != gets || bad != 0 || overload != 0 {
+		t.Errorf("%d samples, %d dropped as malformed, %d for overload; want %d, none dropped", n, bad, overload, gets)
+	}
+	for key := range want {
+		if keys[key] != 1 {
+			t.Errorf("key %q sampled %d times; want once", key, keys[key])
+			break
+		}
 	}
 }

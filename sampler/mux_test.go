@@ -1822,7 +1822,7 @@ func pauseWrites(t *testing.T, ctx context.Context, direct *redis.Client) (unpau
 // in Redis for that second at most); the shared connection stays up; the warning names
 // the client cut.
 func TestMuxSlowReaderCut(t *testing.T) {
-	value := strings.Repeat("v", 256<<10)
+	value := strings.Repeat("v", 1<<20)
 	srv := redisWith(t, map[string]string{"slow:big": value})
 	const budget = 8 << 20
 	var logs logbuf.Buffer
@@ -1836,20 +1836,22 @@ func TestMuxSlowReaderCut(t *testing.T) {
 
 	// Slow clients: small receive buffers, and they do not read.
 	dial := func() net.Conn { return dialSmallBuffer(t, addr) }
-	// The one holding less: 12 replies, 3 MiB, some of it in the sockets' buffers.
+	// The one holding less: 3 replies, 3 MiB, some of it in the sockets' buffers.
 	less := dial()
-	const lessGets = 12
+	const lessGets = 3
 	if _, err := io.WriteString(less, strings.Repeat(muxCmd("GET", "slow:big"), lessGets)); err != nil {
 		t.Fatal(err)
 	}
 	fast.expect(t, muxBulk("s"), "GET", "slow:small")
 	time.Sleep(100 * time.Millisecond)
-	// The one holding the most: 64 GETs in one go, 16 MiB of replies. (Sent one at a
+	// The one holding the most: 16 GETs in one go, 16 MiB of replies. (Sent one at a
 	// time, they would be few: a client is not read while its replies wait, and if it
 	// sends more, the rest of its commands go to a connection of its own, where Redis
-	// keeps their replies.)
+	// keeps their replies. Nor would more in one go add any: a client's first 16
+	// commands go to Redis, the rest once their replies went out, or with it to a
+	// connection of its own.)
 	most := dial()
-	if _, err := io.WriteString(most, strings.Repeat(muxCmd("GET", "slow:big"), 64)); err != nil {
+	if _, err := io.WriteString(most, strings.Repeat(muxCmd("GET", "slow:big"), 16)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -148,6 +148,15 @@ func (p *RESPParser) Feed(data []byte) {
 	p.data = data
 }
 
+// Buffered is the number of bytes fed and not yet parsed: above 0 when the caller stopped
+// calling Next and Skip before they returned false.
+func (p *RESPParser) Buffered() int { return len(p.data) }
+
+// Refeed tells a parser stopped before the end of its input (Buffered above 0) that the
+// caller moved that input: data must hold the same Buffered bytes, now elsewhere.
+// Parsing goes on from its start as if nothing had happened.
+func (p *RESPParser) Refeed(data []byte) { p.data = data }
+
 // Next parses up to the end of the next complete command and reports whether there was
 // one; false means the fed input is used up (feed more) or a protocol error (see Err).
 // The command's arguments are then in Args, valid until the next call to Next, Skip,

@@ -258,6 +258,31 @@ func TestRESPSkip(t *testing.T) {
 	}
 }
 
+// TestRESPRefeed: a caller that stops before the end of its input and moves it (the
+// proxy's loop, see parseMore) has the parser go on from the moved bytes.
+func TestRESPRefeed(t *testing.T) {
+	p := newTestParser(t, RESPOptions{})
+	first, second := respCmd("SET", "a", "1"), respCmd("GET", "bb")
+	buf := []byte(first + second + second[:6])
+	p.Feed(buf)
+	if !p.Next() || p.Buffered() != len(second)+6 {
+		t.Fatalf("Next: Buffered %d; want the %d bytes after SET", p.Buffered(), len(second)+6)
+	}
+	n := copy(buf, buf[len(first):]) // moved to the front; the old bytes are overwritten
+	clear(buf[n:])
+	p.Refeed(buf[:n])
+	if !p.Next() || fmt.Sprintf("%q", p.Args()) != `["GET" "bb"]` || p.Offset() != int64(len(first+second)) {
+		t.Fatalf("Next after Refeed: %q at offset %d; want [GET bb] at %d", p.Args(), p.Offset(), len(first+second))
+	}
+	if p.Next() || p.Buffered() != 0 {
+		t.Fatalf("Next on half a command: true or %d bytes left; want false and 0", p.Buffered())
+	}
+	p.Feed([]byte(second[6:]))
+	if !p.Next() || fmt.Sprintf("%q", p.Args()) != `["GET" "bb"]` || p.Err() != nil {
+		t.Fatalf("Next on the rest: %q, %v; want [GET bb]", p.Args(), p.Err())
+	}
+}
+
 func TestNewRESPParserErrors(t *testing.T) {
 	tests := []struct {
 		o    RESPOptions

@@ -52,8 +52,14 @@ func main() {
 	}
 }
 
-// run sets the value at addr, writes pipe in one write, then reads want bytes of replies.
+// run sets the value at addr, then, on another connection, writes pipe in one write and
+// reads want bytes of replies. The value is set apart so that the measured connection
+// stays on the tap's shared connection: a SET larger than the tap's buffer pins its
+// client to a connection of its own.
 func run(addr string, value int, pipe []byte, want int64, timeout time.Duration) error {
+	if err := set(addr, value, timeout); err != nil {
+		return err
+	}
 	conn, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return err
@@ -61,12 +67,6 @@ func run(addr string, value int, pipe []byte, want int64, timeout time.Duration)
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	r := bufio.NewReaderSize(conn, 64<<10)
-	if _, err := io.WriteString(conn, command("SET", "pb:v", strings.Repeat("v", value))); err != nil {
-		return fmt.Errorf("SET pb:v: %w", err)
-	}
-	if line, err := r.ReadString('\n'); err != nil || line != "+OK\r\n" {
-		return fmt.Errorf("SET pb:v answered %q, %v; want +OK", line, err)
-	}
 	start := time.Now()
 	n, err := conn.Write(pipe)
 	wrote := time.Since(start)
@@ -79,6 +79,23 @@ func run(addr string, value int, pipe []byte, want int64, timeout time.Duration)
 	}
 	fmt.Printf("%s: wrote %d bytes in %v, read all %d reply bytes in %v\n",
 		addr, n, wrote.Round(time.Millisecond), got, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// set sets pb:v to value bytes at addr.
+func set(addr string, value int, timeout time.Duration) error {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := io.WriteString(conn, command("SET", "pb:v", strings.Repeat("v", value))); err != nil {
+		return fmt.Errorf("SET pb:v: %w", err)
+	}
+	if line, err := bufio.NewReader(conn).ReadString('\n'); err != nil || line != "+OK\r\n" {
+		return fmt.Errorf("SET pb:v answered %q, %v; want +OK", line, err)
+	}
 	return nil
 }
 
