@@ -65,7 +65,7 @@ type muxLoop struct {
 	throttled bool          // Redis is behind, or draining: clients' commands are not read
 	draining  bool          // Shutdown: owed replies go out, then each client gets a FIN
 	finished  []*loopClient // clients to close or hand back after this turn
-	stopped   []*loopClient // clients whose parsing stopped at muxOwed (see loopClient.more)
+	stopped   []*loopClient // clients whose parsing stopped at their window (see parseMore)
 	failed    []int         // failed shared connections' descriptors, closed after this turn
 	routes    routeMemo     // where the last command name went
 	authArgs  authArgs      // parses AUTH and HELLO … AUTH again, with all their arguments
@@ -103,9 +103,9 @@ type loopClient struct {
 	owed    int      // replies Redis owes it
 	on      int      // the shared connection that owes them
 	held    int      // in[:held] are a write sent behind reads it is owed and what follows (see hold)
+	heldN   int      // the commands in in[:held]
 	more    bool     // its parsing stopped at window before the end of in[:pending] (see parseMore)
 	window  int      // replies it may be owed before its parsing stops, muxWindow up to muxOwed
-	heldN   int      // the commands in in[:held]
 	resp3   bool     // it asked for RESP3 with HELLO 3
 	authed  bool     // with UpstreamPassword set: it authenticated with the configured credentials
 	rest    []byte   // once pinning: what it sent that goes to its own connection
@@ -756,9 +756,9 @@ func (l *muxLoop) shift(c *loopClient, n int) {
 // it is still writing). Its next commands go once Redis answered half of those and its
 // socket took the replies, and its window doubles, up to muxOwed: it starts at
 // muxWindow so that the first replies to a client that is not reading stay within the
-// budget and its socket for values of up to 1 MB. If the replies wait for it once it is owed
-// nothing, it is not reading, and it is pinned with the rest (pinBacklog), as when it
-// sends more then. Reports whether c waits no more.
+// budget and its socket for values of up to 1 MB. If the replies wait for it once it is
+// owed nothing, it is not reading, and it is pinned with the rest (pinBacklog), as when
+// it sends more then. Reports whether c waits no more.
 func (l *muxLoop) parseMore(c *loopClient) bool {
 	switch {
 	case !c.more || c.closed || c.hup || c.pinning:
