@@ -17,3 +17,6 @@ func SetSharedRetry(p *Proxy, d time.Duration) {
 	defer p.muxMu.Unlock()
 	p.muxRetry = d
 }
+
+// WindowStops counts the times p stopped parsing a client at its window of commands.
+func WindowStops(p *Proxy) uint64 { return p.stats.windowStops.Load() }

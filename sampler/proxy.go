@@ -322,6 +322,7 @@ type proxyCounters struct {
 	sharedFailures, outputCuts            atomic.Uint64
 	outputBytes                           atomic.Int64
 	reads, deepReads                      atomic.Uint64 // for SchedAuto: see countRead
+	windowStops                           atomic.Uint64 // a client's parsing stopped at its window (see parseMore)
 	schedBatch                            atomic.Bool
 	schedIdle                             idleGate // SchedAuto's check sleeps: see sleepUntilRead
 }
