@@ -99,6 +99,15 @@ type Proxy struct {
 	// it. Default 16 MiB; allowed 1 MiB..1 GiB. The process's memory can reach about
 	// twice as much while the budget is full.
 	MaxOutputBytes int `yaml:"max_output_bytes"`
+	// AccessCheckTTL is how long a check that Redis lets a new connection in without
+	// AUTH (or with the configured credentials) lets new clients onto the shared
+	// connections without another. Such a check dials Redis: with 0, every client that
+	// connects (clients that connect together share one) costs Redis a connection and
+	// the client a round trip, as without the tap. With a TTL, a Redis that begins to
+	// want a password can get new clients over the shared connections for up to the
+	// TTL after, as it keeps serving the connections opened before. Default 1s; allowed
+	// 0..1m.
+	AccessCheckTTL time.Duration `yaml:"access_check_ttl"`
 }
 
 // Monitor configures reading samples with Redis MONITOR, which is for development only:
@@ -316,7 +325,7 @@ func Default() Config {
 		HTTP:    HTTP{Listen: "127.0.0.1:9736", MaxBodyBytes: 1 << 20},
 		UDP:     UDP{Listen: "127.0.0.1:9736", Readers: 2},
 		Redis:   Redis{InfoInterval: 10 * time.Second},
-		Proxy:   Proxy{SampleEvery: 100, Multiplex: true, SchedPolicy: "auto", MaxOutputBytes: 16 << 20},
+		Proxy:   Proxy{SampleEvery: 100, Multiplex: true, SchedPolicy: "auto", MaxOutputBytes: 16 << 20, AccessCheckTTL: time.Second},
 		Monitor: Monitor{SampleEvery: 1},
 		Detector: Detector{
 			Window: time.Second,

@@ -76,6 +76,7 @@ func (c Config) Validate() error {
 	}
 	v.intRange("proxy.sample_every", c.Proxy.SampleEvery, 1, 1_000_000)
 	v.intRange("proxy.max_output_bytes", c.Proxy.MaxOutputBytes, 1<<20, 1<<30)
+	v.duration("proxy.access_check_ttl", c.Proxy.AccessCheckTTL, 0, time.Minute)
 	// A password read from a file or a Secret often ends with a newline, which Redis
 	// would take as part of it.
 	if strings.ContainsFunc(c.Proxy.UpstreamPassword, func(r rune) bool { return r < 0x20 || r == 0x7f }) {

@@ -128,6 +128,7 @@ func TestValidateRejects(t *testing.T) {
 			c.Registry.Events = []Event{finalEvent(), e}
 		}, `registry.events[1].zone: "Mars/Olympus": not a known IANA zone`},
 		{"proxy.sched_policy", func(c *Config) { c.Proxy.SchedPolicy = "normal" }, `proxy.sched_policy: "normal" is not allowed; use one of auto, batch, off`},
+		{"proxy.access_check_ttl", func(c *Config) { c.Proxy.AccessCheckTTL = -time.Second }, `proxy.access_check_ttl: -1s is out of range; use a duration between 0s and 1m0s`},
 		{"log.level", func(c *Config) { c.Log.Level = "verbose" }, `log.level: "verbose" is not allowed; use one of debug, info, warn, error`},
 		{"log.format", func(c *Config) { c.Log.Format = "xml" }, `log.format: "xml" is not allowed; use one of text, json`},
 		{"mitigate.modes.copies", func(c *Config) { c.Mitigate.Modes.Copies = "yes" }, `mitigate.modes.copies: "yes" is not allowed; use one of observe, recommend, enforce`},

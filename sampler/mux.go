@@ -151,10 +151,14 @@ func (p *Proxy) muxLoop() *muxLoop {
 	}
 	defer p.muxMu.Unlock()
 	p.loop = nil
+	start := p.probes.start()
 	l, err := p.startLoop()
 	if err != nil {
 		p.sharedFailedLocked(err)
 		return nil
+	}
+	if l != nil {
+		p.probes.passedAt(start) // its connections were let in
 	}
 	if l != nil && p.sharedDown {
 		p.sharedDown = false

@@ -1120,6 +1120,60 @@ func TestMuxRequirePassLater(t *testing.T) {
 	})
 }
 
+// TestMuxAccessCheckTTL: with AccessCheckTTL, a check that Redis lets a new connection
+// in admits the clients that connect within the TTL after it, so that clients that
+// connect and disconnect often cost Redis no connection each (each cost a dial, a PING
+// and a close, and its client 0.5 ms more than directly, docs/BENCHMARKS.md); the first
+// client after the TTL is checked again, and one that comes once Redis wants a password
+// gets -NOAUTH, as directly.
+func TestMuxAccessCheckTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), AccessCheckTTL: time.Minute})
+	var mu sync.Mutex
+	now := time.Now()
+	sampler.SetAccessClock(p, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
+	addr := p.Addr().String()
+	muxDial(t, addr).expect(t, muxNil, "GET", "ttl:k") // the loop and its connections are up, and a check passed
+	conns := func() int {
+		info, err := redistest.Command(srv.Addr(), "", "INFO", "stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`total_connections_received:(\d+)`).FindStringSubmatch(info)
+		if m == nil {
+			t.Fatalf("INFO stats without total_connections_received: %q", info)
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	const clients = 30
+	before := conns()
+	for range clients {
+		c := muxDial(t, addr)
+		c.expect(t, muxNil, "GET", "ttl:k")
+		_ = c.Close()
+	}
+	if got := conns() - before - 1; got != 0 { // less the INFO's own
+		t.Errorf("%d clients that connected one after the other within the TTL cost Redis %d connections; want 0", clients, got)
+	}
+
+	if _, err := redistest.Command(srv.Addr(), "", "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	noauth := muxDial(t, srv.Addr()).do(t, "GET", "ttl:k")
+	if !strings.HasPrefix(noauth, "-NOAUTH") {
+		t.Fatalf("directly, new connection, GET without AUTH: got %q; want -NOAUTH", noauth)
+	}
+	advance(59 * time.Second)
+	muxDial(t, addr).expect(t, muxNil, "GET", "ttl:k") // within the TTL: the gap it documents
+	advance(2 * time.Second)
+	late := muxDial(t, addr)
+	late.expect(t, noauth, "GET", "ttl:k")
+	late.expect(t, muxOK, "AUTH", "s3cret")
+	late.expect(t, muxNil, "GET", "ttl:k")
+}
+
 // TestMuxSlowReader has a client pipeline GETs of a large value and not read the replies;
 // another client's PINGs must still be answered, and the slow client then gets all its
 // replies.

@@ -156,3 +156,40 @@ func TestProbeGateMany(t *testing.T) {
 		t.Fatalf("checks %d, clients that ran one %d; want the same, 1..%d", n, r, clients)
 	}
 }
+
+// TestProbeGateFresh: with fresh, a check that passed lets clients in without another
+// until fresh after it started; one that failed lets none in, and the next client runs
+// a check again.
+func TestProbeGateFresh(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	g := &probeGate{fresh: time.Second, now: func() time.Time { return now }}
+	c := newGateCheck()
+	pass := func(what string, wantRan bool, result error) {
+		t.Helper()
+		if wantRan {
+			c.results <- result
+		}
+		before := c.calls.Load()
+		ran, err := g.pass(c.check)
+		if ran != wantRan || (c.calls.Load() > before) != wantRan || !errors.Is(err, result) {
+			t.Fatalf("%s: ran %v (checks %d → %d), err %v; want ran %v, err %v", what, ran, before, c.calls.Load(), err, wantRan, result)
+		}
+		if wantRan {
+			<-c.started
+		}
+	}
+	pass("first client", true, nil)
+	now = now.Add(999 * time.Millisecond)
+	pass("a client just within fresh", false, nil)
+	now = now.Add(time.Millisecond)
+	pass("a client at fresh", true, nil)
+	now = now.Add(500 * time.Millisecond)
+	failed := errors.New("NOAUTH")
+	g.passedAt(now.Add(-2 * time.Second)) // older than the last check: changes nothing
+	now = now.Add(600 * time.Millisecond)
+	pass("a client after fresh, Redis wanting a password", true, failed)
+	pass("the next client", true, nil)
+	g.passedAt(now.Add(time.Second)) // the shared connections opened later
+	now = now.Add(1500 * time.Millisecond)
+	pass("a client within fresh of the shared connections' opening", false, nil)
+}

@@ -84,6 +84,15 @@ type ProxyOptions struct {
 	// Default 16 MiB; allowed 1 MiB to 1 GiB. The process's memory can reach about twice
 	// as much while the budget is full.
 	MaxOutputBytes int
+	// AccessCheckTTL is how long a passed check that Redis lets a new connection in
+	// without AUTH, or with the configured credentials, lets new clients onto the shared
+	// connections without another (see Proxy). With 0, every new client waits for a check
+	// that started after it came, which dials Redis: each client that connects costs
+	// Redis a connection and the client a round trip, as without the proxy. With a TTL, a
+	// Redis that begins to want a password can still get new clients over the shared
+	// connections for up to the TTL, as it keeps serving the connections opened before.
+	// Default 0; allowed 0 to 1m.
+	AccessCheckTTL time.Duration
 	// Logger receives connection errors at debug level, accept errors and shared
 	// connections that fail at warn level, and an Upstream that reaches the proxy itself
 	// at error level. Default: none.
@@ -143,7 +152,8 @@ const proxyBatches = 4
 // reports about connections (CLIENT LIST, INFO clients). WAIT and WAITAOF count the writes
 // a client made on its own connection, not those it made before the pin. A new client
 // goes on the shared connection only once a connection opened after it came has had
-// +PONG, not -NOAUTH, to a PING (clients that connect together share that check);
+// +PONG, not -NOAUTH, to a PING (clients that connect together share that check; with
+// ProxyOptions.AccessCheckTTL, one opened up to that long before it came will do);
 // otherwise every client gets its own connection, as with ConnPerClient, and the proxy
 // tries sharing again after a while. So a Redis that wants AUTH is not shared, unless
 // ProxyOptions.UpstreamPassword (and UpstreamUsername, for an ACL user) are set: then
@@ -402,6 +412,10 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 		return nil, fmt.Errorf("sampler: ProxyOptions.DrainTimeout %v: must be > 0, or 0 for the default %v",
 			o.DrainTimeout, DefaultProxyDrainTimeout)
 	}
+	if o.AccessCheckTTL < 0 || o.AccessCheckTTL > time.Minute {
+		return nil, fmt.Errorf("sampler: ProxyOptions.AccessCheckTTL %v: must be between 0 (a check for each new client) and 1m",
+			o.AccessCheckTTL)
+	}
 	if o.MaxKeyBytes < 0 || o.MaxKeyBytes > respMaxInline {
 		return nil, fmt.Errorf("sampler: ProxyOptions.MaxKeyBytes %d: must be between 1 and %d, or 0 for the default %d",
 			o.MaxKeyBytes, respMaxInline, DefaultProxyMaxKeyBytes)
@@ -422,6 +436,7 @@ func NewProxy(o ProxyOptions) (*Proxy, error) {
 		sched:      o.SchedPolicy,
 		schedEvery: defaults.Or(o.SchedInterval, DefaultProxySchedInterval),
 		muxRetry:   muxRetry,
+		probes:     probeGate{fresh: o.AccessCheckTTL, now: time.Now},
 		pauseFor:   pauseLimit,
 		conns:      make(map[*proxyConn]struct{}),
 		stop:       make(chan struct{}),

@@ -157,6 +157,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 				ConnPerClient:    !cfg.Proxy.Multiplex,
 				SchedPolicy:      sched,
 				MaxOutputBytes:   cfg.Proxy.MaxOutputBytes,
+				AccessCheckTTL:   cfg.Proxy.AccessCheckTTL,
 				MaxKeyBytes:      cfg.Limits.MaxKeyBytes,
 				Sink:             sink,
 				Logger:           log,
@@ -165,7 +166,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 				return nil, fmt.Errorf("proxy.listen %q: %w", cfg.Proxy.Listen, err)
 			}
 			log.Info("proxy tap listening", "listen", p.Addr(), "upstream", cfg.Proxy.Upstream, "multiplex", cfg.Proxy.Multiplex,
-				"upstream_auth", cfg.Proxy.UpstreamPassword != "")
+				"upstream_auth", cfg.Proxy.UpstreamPassword != "", "access_check_ttl", cfg.Proxy.AccessCheckTTL)
 			if err := checkUpstream(cfg.Proxy.Upstream); err != nil {
 				log.Warn("proxy.upstream does not answer; its clients get errors until it does (check the address if Redis is up)",
 					"upstream", cfg.Proxy.Upstream, "err", err)
