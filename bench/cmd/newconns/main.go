@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hotkeyd/hotkeyd/bench/internal/resp"
 )
 
 // block is how many connections go to one address before the next one's turn.
@@ -35,8 +37,8 @@ func main() {
 		os.Exit(2)
 	}
 	const key, value = "newconns:v", "abc"
-	pipe := strings.Repeat(command("GET", key), *gets)
-	reply := int64(*gets) * int64(len(bulk(value)))
+	pipe := strings.Repeat(resp.Command("GET", key), *gets)
+	reply := int64(*gets) * int64(len(resp.Bulk(value)))
 	for _, addr := range flag.Args() {
 		if err := set(addr, key, value, *timeout); err != nil {
 			fail(addr, err)
@@ -96,7 +98,7 @@ func once(addr, pipe string, want int64, timeout time.Duration) (time.Duration, 
 
 // set sets key to value at addr.
 func set(addr, key, value string, timeout time.Duration) error {
-	line, err := roundTrip(addr, command("SET", key, value), timeout)
+	line, err := roundTrip(addr, resp.Command("SET", key, value), timeout)
 	if err == nil && line != "+OK\r\n" {
 		err = fmt.Errorf("SET %s: %q", key, line)
 	}
@@ -109,7 +111,7 @@ func connections(addr string, timeout time.Duration) (int, error) {
 	if addr == "" {
 		return 0, nil
 	}
-	info, err := roundTrip(addr, command("INFO", "stats"), timeout)
+	info, err := roundTrip(addr, resp.Command("INFO", "stats"), timeout)
 	if err != nil {
 		return 0, err
 	}
@@ -146,17 +148,6 @@ func roundTrip(addr, cmd string, timeout time.Duration) (string, error) {
 	_, err = io.ReadFull(r, body)
 	return string(body[:size]), err
 }
-
-func command(args ...string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	return b.String()
-}
-
-func bulk(s string) string { return "$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n" }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
 

@@ -18,6 +18,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/hotkeyd/hotkeyd/bench/internal/resp"
 )
 
 func main() {
@@ -33,11 +35,11 @@ func main() {
 	}
 	var pipe bytes.Buffer
 	for range *gets {
-		pipe.WriteString(command("GET", "pb:v"))
+		pipe.WriteString(resp.Command("GET", "pb:v"))
 	}
 	pad := strings.Repeat("p", *keylen)
 	for range *exists {
-		pipe.WriteString(command("EXISTS", pad))
+		pipe.WriteString(resp.Command("EXISTS", pad))
 	}
 	want := int64(*gets)*int64(len(bulk(*value))) + int64(*exists)*int64(len(":0\r\n"))
 	failed := false
@@ -90,7 +92,7 @@ func set(addr string, value int, timeout time.Duration) error {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if _, err := io.WriteString(conn, command("SET", "pb:v", strings.Repeat("v", value))); err != nil {
+	if _, err := io.WriteString(conn, resp.Command("SET", "pb:v", strings.Repeat("v", value))); err != nil {
 		return fmt.Errorf("SET pb:v: %w", err)
 	}
 	if line, err := bufio.NewReader(conn).ReadString('\n'); err != nil || line != "+OK\r\n" {
@@ -99,13 +101,4 @@ func set(addr string, value int, timeout time.Duration) error {
 	return nil
 }
 
-func command(args ...string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	return b.String()
-}
-
-func bulk(n int) string { return fmt.Sprintf("$%d\r\n%s\r\n", n, strings.Repeat("v", n)) }
+func bulk(n int) string { return resp.Bulk(strings.Repeat("v", n)) }
