@@ -18,9 +18,6 @@ func SetSharedRetry(p *Proxy, d time.Duration) {
 	p.muxRetry = d
 }
 
-// WindowStops counts the times p stopped parsing a client at its window of commands.
-func WindowStops(p *Proxy) uint64 { return p.stats.windowStops.Load() }
-
 // SetAccessClock gives p's check that Redis lets new connections in (AccessCheckTTL) a
 // clock of the test's.
 func SetAccessClock(p *Proxy, now func() time.Time) {

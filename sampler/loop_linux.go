@@ -106,8 +106,6 @@ type loopClient struct {
 	heldN   int      // the commands in in[:held]
 	more    bool     // its parsing stopped at window before the end of in[:pending] (see parseMore)
 	window  int      // replies it may be owed before its parsing stops, muxWindow up to muxOwed
-	rbytes  int64    // bytes of the replies delivered to it
-	replies int64    // whole replies delivered to it: with rbytes, their mean size sizes its window
 	resp3   bool     // it asked for RESP3 with HELLO 3
 	authed  bool     // with UpstreamPassword set: it authenticated with the configured credentials
 	rest    []byte   // once pinning: what it sent that goes to its own connection
@@ -585,7 +583,6 @@ func (l *muxLoop) parseClient(c *loopClient) {
 	for {
 		if c.owed+cmds+held >= c.window && ps.Buffered() > 0 {
 			c.more = true
-			l.p.stats.windowStops.Add(1)
 			break
 		}
 		if !pc.nextCommand() {
@@ -757,11 +754,14 @@ func (l *muxLoop) shift(c *loopClient, n int) {
 // before reading, has at most window commands in flight, not all those of one read of
 // its socket (up to 3,000 GETs in 64 KiB, whose replies could pass MaxOutputBytes while
 // it is still writing). Its next commands go once Redis answered half of those and its
-// socket took the replies, and its window grows (nextWindow): it starts at muxWindow so
-// that the first replies to a client that is not reading stay within the budget and its
-// socket for values of up to 1 MB. If the replies wait for it once it is owed nothing,
-// it is not reading, and it is pinned with the rest (pinBacklog), as when it sends more
-// then. Reports whether c waits no more.
+// socket took the replies, and its window doubles, up to muxOwed: it starts at
+// muxWindow so that the first replies to a client that is not reading stay within the
+// budget and its socket for values of up to 1 MB. Doubling, not more, keeps that true
+// when its replies grow: after 16 small replies, a window sized for them (1,024) let
+// 100 GETs of 400 KB written before reading pass the budget, and the client was cut
+// where doubling pins it (TestMuxWindowAfterSmallReplies). If the replies wait for it
+// once it is owed nothing, it is not reading, and it is pinned with the rest
+// (pinBacklog), as when it sends more then. Reports whether c waits no more.
 func (l *muxLoop) parseMore(c *loopClient) bool {
 	switch {
 	case !c.more || c.closed || c.hup || c.pinning:
@@ -777,26 +777,11 @@ func (l *muxLoop) parseMore(c *loopClient) bool {
 		return false
 	}
 	c.more = false
-	c.window = c.nextWindow()
+	c.window = min(2*c.window, muxOwed)
 	l.parseClient(c)
 	l.spare(c)
 	l.update(c)
 	return !c.more
-}
-
-// nextWindow is c's window once its socket took the replies to the last: twice the last,
-// or, when larger, as many replies as muxWindowBytes holds at the mean size of c's
-// replies so far, up to muxOwed. A client whose replies are small (1 KiB or less) gets
-// the whole window after its first one, where doubling took three more round trips to
-// let a pipeline of 100 GETs through on a new connection; one whose replies are large
-// grows by doubling.
-func (c *loopClient) nextWindow() int {
-	w := 2 * c.window
-	if c.replies > 0 {
-		mean := max(c.rbytes/c.replies, 1)
-		w = max(w, int(min(muxWindowBytes/mean, muxOwed)))
-	}
-	return min(w, muxOwed)
 }
 
 // parseMoreAll runs parseMore on the clients whose parsing stopped, at the end of each
@@ -975,8 +960,6 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 	if c.closed {
 		return
 	}
-	c.rbytes += int64(len(b))
-	c.replies += int64(replies)
 	if c.owed < muxOwed && c.owed+replies >= muxOwed {
 		l.update(c) // it may be read again
 	}

@@ -33,9 +33,6 @@ const (
 	muxFlushAt  = 8 << 10
 	muxOwed     = 1024
 	muxWindow   = 16 // replies a client may be owed before its parsing stops, at first (see parseMore)
-	// muxWindowBytes is the reply bytes a grown window is sized for, at the mean size of
-	// the client's replies so far (see nextWindow).
-	muxWindowBytes = 1 << 20
 	// muxIdleBufs is how many input buffers the loop keeps for the clients that send
 	// next; beyond that they go to the garbage collector.
 	muxIdleBufs = 64

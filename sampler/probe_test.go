@@ -192,4 +192,14 @@ func TestProbeGateFresh(t *testing.T) {
 	g.passedAt(now.Add(time.Second)) // the shared connections opened later
 	now = now.Add(1500 * time.Millisecond)
 	pass("a client within fresh of the shared connections' opening", false, nil)
+
+	// Shared connections that began to open before a check that failed, and were let in,
+	// say nothing of Redis after that check (found by a review: they made the failure
+	// count for nothing).
+	now = now.Add(time.Minute)
+	opening := now
+	now = now.Add(time.Millisecond)
+	pass("a client while the shared connections open, Redis now wanting a password", true, failed)
+	g.passedAt(opening)
+	pass("the next client", true, nil)
 }

@@ -173,7 +173,7 @@ const proxyBatches = 4
 // client) before its bytes go there. The password is compared in constant time and never
 // logged. One gap remains when the password is rotated: a client that presents the old
 // configured password after Redis stopped taking it (connected before the rotation, or
-// just after with the check before it passed) gets -WRONGPASS to its AUTH, but the
+// after it on a check from before it: AccessCheckTTL) gets -WRONGPASS to its AUTH, but the
 // shared connections, authenticated before, still serve it until they are reopened —
 // with the password it knew, so no more than it could have had directly before the
 // rotation. Configure the new password and restart the tap when rotating.
@@ -332,7 +332,6 @@ type proxyCounters struct {
 	sharedFailures, outputCuts            atomic.Uint64
 	outputBytes                           atomic.Int64
 	reads, deepReads                      atomic.Uint64 // for SchedAuto: see countRead
-	windowStops                           atomic.Uint64 // a client's parsing stopped at its window (see parseMore)
 	schedBatch                            atomic.Bool
 	schedIdle                             idleGate // SchedAuto's check sleeps: see sleepUntilRead
 }
