@@ -759,9 +759,9 @@ func (l *muxLoop) shift(c *loopClient, n int) {
 // budget and its socket for values of up to 1 MB. Doubling, not more, keeps that true
 // when its replies grow: after 16 small replies, a window sized for them (1,024) let
 // 100 GETs of 400 KB written before reading pass the budget, and the client was cut
-// where doubling pins it (TestMuxWindowAfterSmallReplies). If the replies wait for it
-// once it is owed nothing, it is not reading, and it is pinned with the rest
-// (pinBacklog), as when it sends more then. Reports whether c waits no more.
+// where doubling pins it (TestMuxPipelineBeforeReading/small-then-large). If the
+// replies wait for it once it is owed nothing, it is not reading, and it is pinned with
+// the rest (pinBacklog), as when it sends more then. Reports whether c waits no more.
 func (l *muxLoop) parseMore(c *loopClient) bool {
 	switch {
 	case !c.more || c.closed || c.hup || c.pinning:
