@@ -25,7 +25,7 @@ type probeGate struct {
 	fresh   time.Duration    // how long a check that passed lets clients in; 0: none but those it started after
 	now     func() time.Time // time.Now, or a test's clock; used with fresh
 	passed  time.Time        // when the last check started, if it passed; zero otherwise
-	failed  time.Time        // when the last check that failed started: no pass from before it counts
+	failed  time.Time        // when the last check that failed ended: no check that started before counts
 }
 
 // probeRun is one check.
@@ -75,7 +75,12 @@ func (g *probeGate) run(r *probeRun, check func() error) error {
 	r.err = err
 	if err != nil {
 		g.passed = time.Time{} // Redis may want a password now
-		g.failed = start
+		if g.fresh > 0 {
+			// Its end, not its start: a check that started before it ended and passed,
+			// as the shared connections' opening may (passedAt), may have seen Redis
+			// before the change this one saw.
+			g.failed = g.now()
+		}
 	} else if start.After(g.passed) && start.After(g.failed) {
 		g.passed = start
 	}
@@ -97,7 +102,7 @@ func (g *probeGate) start() time.Time {
 
 // passedAt records that a check that started at start passed outside the gate, as
 // opening the shared connections does; one that started before the last check that
-// failed counts for nothing.
+// failed ended counts for nothing.
 func (g *probeGate) passedAt(start time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -202,4 +202,19 @@ func TestProbeGateFresh(t *testing.T) {
 	pass("a client while the shared connections open, Redis now wanting a password", true, failed)
 	g.passedAt(opening)
 	pass("the next client", true, nil)
+
+	// Nor shared connections that began to open after such a check began but before it
+	// ended: the check may have seen Redis after they did (found by the verifying review).
+	now = now.Add(time.Minute)
+	r := passAsync(g, c)
+	<-c.started // the check began
+	now = now.Add(time.Millisecond)
+	opening = now // the shared connections begin to open, and are let in
+	now = now.Add(time.Millisecond)
+	c.results <- failed // the check ends: Redis wants a password
+	if res := <-r; !res.ran || !errors.Is(res.err, failed) {
+		t.Fatalf("a check that failed: ran %v, err %v; want true, %v", res.ran, res.err, failed)
+	}
+	g.passedAt(opening)
+	pass("a client after the check that failed, the shared connections' opening recorded after it", true, nil)
 }
