@@ -173,8 +173,8 @@ const proxyBatches = 4
 // client) before its bytes go there. The password is compared in constant time and never
 // logged. One gap remains when the password is rotated: a client that presents the old
 // configured password after Redis stopped taking it (connected before the rotation, or
-// after it on a check from before it: AccessCheckTTL) gets -WRONGPASS to its AUTH, but the
-// shared connections, authenticated before, still serve it until they are reopened —
+// after it on a check from before it: AccessCheckTTL) gets -WRONGPASS to its AUTH, but
+// the shared connections, authenticated before, still serve it until they are reopened —
 // with the password it knew, so no more than it could have had directly before the
 // rotation. Configure the new password and restart the tap when rotating.
 // When the shared connection fails, the clients it owed replies are disconnected (those
