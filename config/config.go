@@ -108,6 +108,12 @@ type Proxy struct {
 	// TTL after, as it keeps serving the connections opened before. Default 1s; allowed
 	// 0..1m.
 	AccessCheckTTL time.Duration `yaml:"access_check_ttl"`
+	// IOUring makes the multiplexed clients' event loop (Linux) read the clients that
+	// are ready, and write the replies one read from Redis carried, with one io_uring
+	// system call each, where the kernel allows it (5.19 or later, io_uring not
+	// disabled, nor blocked by seccomp as Docker's default profile does); elsewhere, and
+	// with false, it makes one system call for each read and write. Default true.
+	IOUring bool `yaml:"io_uring"`
 }
 
 // Monitor configures reading samples with Redis MONITOR, which is for development only:
@@ -325,7 +331,7 @@ func Default() Config {
 		HTTP:    HTTP{Listen: "127.0.0.1:9736", MaxBodyBytes: 1 << 20},
 		UDP:     UDP{Listen: "127.0.0.1:9736", Readers: 2},
 		Redis:   Redis{InfoInterval: 10 * time.Second},
-		Proxy:   Proxy{SampleEvery: 100, Multiplex: true, SchedPolicy: "auto", MaxOutputBytes: 16 << 20, AccessCheckTTL: time.Second},
+		Proxy:   Proxy{SampleEvery: 100, Multiplex: true, SchedPolicy: "auto", MaxOutputBytes: 16 << 20, AccessCheckTTL: time.Second, IOUring: true},
 		Monitor: Monitor{SampleEvery: 1},
 		Detector: Detector{
 			Window: time.Second,

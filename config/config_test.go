@@ -69,7 +69,7 @@ func TestFields(t *testing.T) {
 			t.Errorf("%s: got key %q; want %q", env, got, key)
 		}
 	}
-	if got, want := len(fields()), 56; got != want {
+	if got, want := len(fields()), 57; got != want {
 		t.Errorf("got %d keys; want %d (update the doc.go table, example.yaml and this count)", got, want)
 	}
 }

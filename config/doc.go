@@ -60,6 +60,7 @@
 //	proxy.max_output_bytes         16777216        1048576..1073741824: replies held for multiplexed clients, together, before Redis is left to keep them
 //	proxy.sched_policy             auto            auto, batch or off: SCHED_BATCH threads while clients pipeline (Linux)
 //	proxy.access_check_ttl         1s              0..1m: how long a check that Redis lets new connections in without AUTH admits new clients
+//	proxy.io_uring                 true            batch the multiplexed clients' reads and writes through io_uring where the kernel allows it (Linux)
 //	monitor.addr                   (none)          host:port of a Redis to read with MONITOR, development only (--monitor)
 //	monitor.sample_every           1               1..1000000
 //	auth.token                     (none)          bearer token for mutating endpoints and UDP reports; printable ASCII, no spaces, at most 255 bytes (--auth-token)

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hotkeyd/hotkeyd/internal/uring"
 )
 
 // muxLoop is the event loop of the shared upstream connections: one goroutine that
@@ -69,6 +71,17 @@ type muxLoop struct {
 	failed    []int         // failed shared connections' descriptors, closed after this turn
 	routes    routeMemo     // where the last command name went
 	authArgs  authArgs      // parses AUTH and HELLO … AUTH again, with all their arguments
+	batch     *uring.Batch  // nil where io_uring is not to be had: one system call each
+	batchFD   int           // batch's descriptor as the loop started, -1 without: for tests
+	sends     []loopSend    // the replies queued in batch, in its order (see deliver)
+	reads     []*loopClient // the clients whose reads are queued in batch, in its order (see readClient)
+	hups      []*loopClient // clients that hung up, once their queued reads are done
+}
+
+// loopSend is a write of replies to a client queued in the loop's batch.
+type loopSend struct {
+	c *loopClient
+	b []byte
 }
 
 // The shared connections: up[upReads] and up[upWrites] speak RESP2, and the same
@@ -78,6 +91,9 @@ const (
 	upWrites = 1
 	upResp3  = 2
 )
+
+// muxBatch is how many reads or writes the loop gathers for one system call.
+const muxBatch = 256
 
 // upNames names the shared connections in logs.
 var upNames = [...]string{"reads", "writes", "reads-resp3", "writes-resp3"}
@@ -113,6 +129,8 @@ type loopClient struct {
 	eof     bool     // it sent everything
 	hup     bool     // its socket hung up or failed: no more reads
 	closed  bool     // replies are dropped; closed after the turn
+	sending bool     // a write of its replies is queued in the loop's batch
+	reading bool     // a read is queued in the loop's batch
 	fin     bool     // draining, it was sent a FIN: it is read until it sends one too, unless all it was sent had reached it
 	done    bool     // in finished
 	events  uint32   // its registered epoll interest; regNone when not registered
@@ -136,7 +154,7 @@ func (p *Proxy) startLoop() (*muxLoop, error) {
 
 // newLoop returns a loop with its shared connections open, not running yet.
 func (p *Proxy) newLoop() (*muxLoop, error) {
-	l := &muxLoop{p: p, epfd: -1, wakeR: -1, wakeW: -1, clients: make(map[int]*loopClient),
+	l := &muxLoop{p: p, epfd: -1, wakeR: -1, wakeW: -1, batchFD: -1, clients: make(map[int]*loopClient),
 		chunks: chunkPool{max: muxSpareOut / outChunk}, inBufs: chunkPool{max: muxIdleBufs, size: p.bufSize}}
 	for i := range l.up {
 		l.up[i].fd = -1
@@ -145,11 +163,34 @@ func (p *Proxy) newLoop() (*muxLoop, error) {
 	l.junk = make([]byte, 16<<10)
 	l.events = make([]syscall.EpollEvent, 256)
 	l.failed = make([]int, 0, len(l.up))
+	l.startBatch()
 	if err := l.open(); err != nil {
 		l.closeFDs()
 		return nil, err
 	}
 	return l, nil
+}
+
+// startBatch sets up the batch of reads and writes, unless NoIOUring is set or io_uring
+// is not to be had here. The first loop logs which.
+func (l *muxLoop) startBatch() {
+	p := l.p
+	if p.noURing {
+		return
+	}
+	b, err := uring.New(muxBatch)
+	if err != nil {
+		if !p.uringLog.Swap(true) {
+			p.log.Info("proxy: io_uring is not available: the tap makes one system call for each read and write", "err", err)
+		}
+		return
+	}
+	if !p.uringLog.Swap(true) {
+		p.log.Info("proxy: the tap reads its clients and writes their replies in batches through io_uring")
+	}
+	l.batch, l.batchFD = b, b.Fd()
+	l.sends = make([]loopSend, 0, muxBatch)
+	l.reads = make([]*loopClient, 0, muxBatch)
 }
 
 // open sets up epoll, the wake pipe and the two shared connections.
@@ -386,10 +427,15 @@ func (l *muxLoop) turn(n int) bool {
 				l.readClient(c)
 			}
 			if ev.Events&(syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
-				l.hangUp(c)
+				if c.reading {
+					l.hups = append(l.hups, c) // after its read (readAll)
+				} else {
+					l.hangUp(c)
+				}
 			}
 		}
 	}
+	l.readAll()
 	// One write per connection carries every command of this turn.
 	for i := range l.up {
 		l.flushUp(i)
@@ -531,7 +577,70 @@ func (l *muxLoop) readClient(c *loopClient) {
 	if c.in == nil {
 		c.in = l.inBufs.get()[:l.p.bufSize]
 	}
+	if l.batch != nil && !c.reading {
+		if _, ok := l.batch.Recv(c.fd, c.in[c.pending:]); ok {
+			c.reading = true
+			l.reads = append(l.reads, c)
+			return // read (readAll)
+		}
+	}
 	n, err := ioRetry(rawRead, c.fd, c.in[c.pending:])
+	l.read(c, n, err)
+}
+
+// readAll reads the clients whose reads readClient queued in the loop's batch, with one
+// system call, and goes on with each as readClient would have.
+func (l *muxLoop) readAll() {
+	if len(l.reads) == 0 {
+		return
+	}
+	res, err := l.submit()
+	for k, c := range l.reads {
+		c.reading = false
+		l.reads[k] = nil
+		n, errno := l.result(res, err, k, rawRead, c.fd, c.in[c.pending:])
+		if c.closed {
+			l.spare(c)
+			continue
+		}
+		l.read(c, n, errno)
+	}
+	l.reads = l.reads[:0]
+	for k, c := range l.hups {
+		l.hups[k] = nil
+		l.hangUp(c)
+	}
+	l.hups = l.hups[:0]
+}
+
+// submit issues the loop's batch. Should io_uring fail, which it does whole or not at
+// all, the loop makes one system call for each read and write from then on, starting
+// with those of this batch (see result).
+func (l *muxLoop) submit() ([]int32, error) {
+	res, err := l.batch.Submit()
+	if err != nil {
+		l.p.log.Warn("proxy: io_uring failed: one system call for each read and write from now on", "err", err)
+		_ = l.batch.Close()
+		l.batch = nil
+	}
+	return res, err
+}
+
+// result returns the k-th result of a batch as rw would have: when the batch failed
+// (err), by calling rw on fd and b.
+func (l *muxLoop) result(res []int32, err error, k int, rw func(int, []byte) (int, error), fd int, b []byte) (int, error) {
+	if err != nil {
+		return ioRetry(rw, fd, b)
+	}
+	if n := int(res[k]); n < 0 {
+		return -1, syscall.Errno(-n)
+	} else {
+		return n, nil
+	}
+}
+
+// read goes on with readClient once c's read returned n and err.
+func (l *muxLoop) read(c *loopClient, n int, err error) {
 	switch {
 	case err == syscall.EAGAIN:
 		l.spare(c)
@@ -896,6 +1005,7 @@ func (l *muxLoop) readUp(i int) {
 	if u.fd < 0 {
 		return
 	}
+	defer l.sendAll() // before l.in is read into again
 	n, err := ioRetry(rawRead, u.fd, l.in)
 	switch {
 	case err == syscall.EAGAIN:
@@ -963,7 +1073,22 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 	if c.owed < muxOwed && c.owed+replies >= muxOwed {
 		l.update(c) // it may be read again
 	}
+	if c.sending {
+		l.sendAll() // its replies before these go first
+		if c.closed {
+			return
+		}
+	}
 	if c.backlog() == 0 && len(b) > 0 {
+		if l.batch != nil {
+			if _, ok := l.batch.Send(c.fd, b); !ok {
+				l.sendAll()
+				l.batch.Send(c.fd, b)
+			}
+			c.sending = true
+			l.sends = append(l.sends, loopSend{c: c, b: b})
+			return // sent (sendAll)
+		}
 		n, err := ioRetry(rawWrite, c.fd, b)
 		if err != nil && err != syscall.EAGAIN {
 			l.p.log.Debug("proxy: write client", "client", c.addr(), "err", err)
@@ -972,6 +1097,35 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 		}
 		b = b[max(n, 0):]
 	}
+	l.sent(c, b)
+}
+
+// sendAll writes the replies queued in the loop's batch, with one system call.
+func (l *muxLoop) sendAll() {
+	if len(l.sends) == 0 {
+		return
+	}
+	res, err := l.submit()
+	for k, s := range l.sends {
+		c, b := s.c, s.b
+		c.sending = false
+		l.sends[k] = loopSend{}
+		n, errno := l.result(res, err, k, rawWrite, c.fd, b)
+		if c.closed {
+			continue
+		}
+		if errno != nil && errno != syscall.EAGAIN {
+			l.p.log.Debug("proxy: write client", "client", c.addr(), "err", errno)
+			l.drop(c)
+			continue
+		}
+		l.sent(c, b[max(n, 0):])
+	}
+	l.sends = l.sends[:0]
+}
+
+// sent goes on with deliver once b is what c's socket did not take.
+func (l *muxLoop) sent(c *loopClient, b []byte) {
 	if len(b) > 0 {
 		c.out.push(b, &l.chunks)
 		l.outBytes += len(b)
@@ -1296,6 +1450,9 @@ func (l *muxLoop) shutdown() {
 }
 
 func (l *muxLoop) closeFDs() {
+	if l.batch != nil {
+		_ = l.batch.Close()
+	}
 	for i := range l.up {
 		if l.up[i].fd >= 0 {
 			_ = syscall.Close(l.up[i].fd)

@@ -130,7 +130,7 @@ func TestMuxInlineDifferential(t *testing.T) {
 		{"streams", "XADD in:s 1-1 f v\r\nXGROUP CREATE in:s g 0\r\nXREADGROUP GROUP g c COUNT 1 STREAMS in:s >\r\nXINFO STREAM in:s\r\nXPENDING in:s g\r\nGET in:a\r\n"},
 	}
 	srv := redistest.Start(t)
-	p := muxProxy(t, srv, false, 0)
+	p := muxProxy(t, srv, sharedMode, 0)
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer direct.Close()
 	ctx := context.Background()
@@ -163,7 +163,7 @@ func TestMuxInlineDifferential(t *testing.T) {
 // clients are owed are dropped, and every other client still gets exactly its own.
 func TestMuxHitAndRun(t *testing.T) {
 	srv := redistest.Start(t)
-	p := muxProxy(t, srv, false, 0)
+	p := muxProxy(t, srv, sharedMode, 0)
 	addr := p.Addr().String()
 	const pipeliners, rounds, depth, runners = 4, 60, 40, 300
 	var wg sync.WaitGroup

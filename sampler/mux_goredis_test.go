@@ -22,7 +22,7 @@ func TestMuxGoRedisDefaultShared(t *testing.T) {
 		t.Skip("multiplexing is Linux only")
 	}
 	srv := redistest.Start(t)
-	p := muxProxy(t, srv, false, 0)
+	p := muxProxy(t, srv, sharedMode, 0)
 	ctx := context.Background()
 	gc := redis.NewClient(&redis.Options{Addr: p.Addr().String(), PoolSize: 1})
 	defer gc.Close()

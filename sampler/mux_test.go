@@ -37,14 +37,23 @@ import (
 // instead of hanging it. Nothing here comes near it when the proxy works.
 const muxDeadline = 10 * time.Second
 
-// muxModes are the two ways a proxy serves its clients.
-var muxModes = []struct {
+// muxMode is a way a proxy serves its clients.
+type muxMode struct {
 	name      string
-	perClient bool
-}{
-	{"shared", false},
-	{"ConnPerClient", true},
+	perClient bool // ConnPerClient
+	noURing   bool // NoIOUring: the loop's one system call for each read and write
 }
+
+// muxModes are the ways a proxy serves its clients. Where io_uring is not to be had,
+// "shared" takes the same path as "NoIOUring".
+var muxModes = []muxMode{
+	{name: "shared"},
+	{name: "NoIOUring", noURing: true},
+	{name: "ConnPerClient", perClient: true},
+}
+
+// sharedMode is the default: multiplexed, through io_uring where it is to be had.
+var sharedMode = muxModes[0]
 
 // forMuxModes runs test as a subtest for each of muxModes, with a fresh Redis and a
 // proxy in front of it (BufferSize bufSize, 0 for the default) at addr.
@@ -52,16 +61,16 @@ func forMuxModes(t *testing.T, bufSize int, test func(t *testing.T, srv *rediste
 	for _, m := range muxModes {
 		t.Run(m.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			test(t, srv, muxProxy(t, srv, m.perClient, bufSize).Addr().String())
+			test(t, srv, muxProxy(t, srv, m, bufSize).Addr().String())
 		})
 	}
 }
 
 // muxProxy starts a proxy in front of srv, closed when the test ends.
-func muxProxy(t *testing.T, srv *redistest.Server, perClient bool, bufSize int) *sampler.Proxy {
+func muxProxy(t *testing.T, srv *redistest.Server, m muxMode, bufSize int) *sampler.Proxy {
 	t.Helper()
 	return startProxy(t, sampler.ProxyOptions{
-		Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: perClient, BufferSize: bufSize,
+		Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient, NoIOUring: m.noURing, BufferSize: bufSize,
 	})
 }
 
@@ -495,17 +504,18 @@ func muxClientIDs(t *testing.T, direct *redis.Client) map[string]bool {
 // on: many raw clients, four upstream connections (reads and writes, RESP2 and RESP3).
 func TestMuxDemux(t *testing.T) {
 	for _, m := range []struct {
-		name      string
-		perClient bool
-		bufSize   int
+		muxMode
+		bufSize int
 	}{
-		{"shared", false, 0},
-		{"shared/BufferSize=1024", false, 1024},
-		{"ConnPerClient", true, 0},
+		{muxModes[0], 0},
+		{muxMode{name: "shared/BufferSize=1024"}, 1024},
+		{muxModes[1], 0},
+		{muxMode{name: "NoIOUring/BufferSize=1024", noURing: true}, 1024},
+		{muxModes[2], 0},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			p := muxProxy(t, srv, m.perClient, m.bufSize)
+			p := muxProxy(t, srv, m.muxMode, m.bufSize)
 			direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			defer direct.Close()
 
@@ -969,7 +979,7 @@ func TestMuxMalformed(t *testing.T) {
 			prev := muxClientIDs(t, direct)
 			for i := range runs {
 				r := &runs[i]
-				r.addr = muxProxy(t, srv, m.perClient, 0).Addr().String()
+				r.addr = muxProxy(t, srv, m, 0).Addr().String()
 				r.other = muxDial(t, r.addr)
 				r.other.expect(t, muxOK, "SET", fmt.Sprintf("mal:%d:k0", i), "start")
 				now := muxClientIDs(t, direct)
@@ -1064,7 +1074,7 @@ func TestMuxRequirePass(t *testing.T) {
 			if !strings.HasPrefix(noauth, "-NOAUTH") {
 				t.Fatalf("directly, GET without AUTH: got %q; want -NOAUTH", noauth)
 			}
-			p := muxProxy(t, srv, m.perClient, 0)
+			p := muxProxy(t, srv, m, 0)
 			addr := p.Addr().String()
 
 			a := muxDial(t, addr)
@@ -1212,7 +1222,7 @@ func TestMuxUpstreamKill(t *testing.T) {
 	for _, m := range muxModes {
 		t.Run(m.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			p := muxProxy(t, srv, m.perClient, 0)
+			p := muxProxy(t, srv, m, 0)
 			addr := p.Addr().String()
 			direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			defer direct.Close()
@@ -1467,7 +1477,7 @@ func TestMuxHeldWriteThenPin(t *testing.T) {
 func TestMuxClientsShareAuthCheck(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	addr := muxProxy(t, srv, false, 0).Addr().String()
+	addr := muxProxy(t, srv, sharedMode, 0).Addr().String()
 	muxDial(t, addr).expect(t, "+PONG\r\n", "PING") // the loop and its connections are up
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer direct.Close()
@@ -1602,7 +1612,7 @@ func TestMuxCommandOverRedisLimit(t *testing.T) {
 		for _, m := range muxModes {
 			t.Run(limit+"/"+m.name, func(t *testing.T) {
 				srv := redistest.Start(t, redistest.Options{Args: []string{"--" + limit, "1mb"}})
-				p := muxProxy(t, srv, m.perClient, 4<<20)
+				p := muxProxy(t, srv, m, 4<<20)
 				addr := p.Addr().String()
 				direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 				defer direct.Close()
@@ -1705,7 +1715,7 @@ func TestMuxCommandLimitRefused(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := redistest.Start(t, redistest.Options{Args: tt.args})
-			p := muxProxy(t, srv, false, 4<<20)
+			p := muxProxy(t, srv, sharedMode, 4<<20)
 			c := muxDial(t, p.Addr().String())
 			value := strings.Repeat("v", 2<<20)
 			c.expect(t, muxOK, "SET", "refused:k", value)
@@ -1791,7 +1801,7 @@ func TestMuxConnectionCommands(t *testing.T) {
 		{"WAIT", "WAIT 0 0\r\nGET conn:a\r\n", 0, muxInt(0) + muxBulk("1"), false},
 	}
 	srv := redistest.Start(t)
-	p := muxProxy(t, srv, false, 0)
+	p := muxProxy(t, srv, sharedMode, 0)
 	addr := p.Addr().String()
 	b := muxDial(t, addr)
 	for i, tt := range tests {

@@ -381,14 +381,14 @@ func TestProxySampleRate(t *testing.T) {
 // two fresh servers and checks that both end with the same data and command counts.
 func TestProxyRedisBenchmark(t *testing.T) {
 	for _, m := range muxModes {
-		t.Run(m.name, func(t *testing.T) { testProxyRedisBenchmark(t, m.perClient) })
+		t.Run(m.name, func(t *testing.T) { testProxyRedisBenchmark(t, m) })
 	}
 }
 
-func testProxyRedisBenchmark(t *testing.T, perClient bool) {
+func testProxyRedisBenchmark(t *testing.T, m muxMode) {
 	direct, proxied := redistest.Start(t), redistest.Start(t)
 	sink := newRecordSink()
-	p := startProxy(t, sampler.ProxyOptions{Upstream: proxied.Addr(), SampleEvery: 100, Sink: sink, ConnPerClient: perClient})
+	p := startProxy(t, sampler.ProxyOptions{Upstream: proxied.Addr(), SampleEvery: 100, Sink: sink, ConnPerClient: m.perClient, NoIOUring: m.noURing})
 	const n = 10000
 	args := func(extra ...string) []string {
 		return append([]string{"-n", strconv.Itoa(n), "-r", "1000", "-c", "20", "-t", "set,get,incr,lpush,mset", "-q"}, extra...)
@@ -538,14 +538,14 @@ func TestProxyHalfClose(t *testing.T) {
 // and pinned, and checks that every goroutine it started returns.
 func TestProxyCloseLeaks(t *testing.T) {
 	for _, m := range muxModes {
-		t.Run(m.name, func(t *testing.T) { testProxyCloseLeaks(t, m.perClient) })
+		t.Run(m.name, func(t *testing.T) { testProxyCloseLeaks(t, m) })
 	}
 }
 
-func testProxyCloseLeaks(t *testing.T, perClient bool) {
+func testProxyCloseLeaks(t *testing.T, m muxMode) {
 	srv := redistest.Start(t)
 	base := runtime.NumGoroutine()
-	p, err := sampler.NewProxy(sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: perClient})
+	p, err := sampler.NewProxy(sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient, NoIOUring: m.noURing})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -782,16 +782,19 @@ func TestProxyNoResp3(t *testing.T) {
 // drainModes are the ways a client is served, for the Shutdown tests: over the shared
 // connection, on a connection of its own after a first command that pins it (sent in
 // the same write as what follows, so that the commands after it reach its own connection
-// from what the shared one's loop had read), and with ConnPerClient.
+// from what the shared one's loop had read), over the shared connection with
+// NoIOUring, and with ConnPerClient.
 var drainModes = []drainMode{
 	{name: "shared"},
 	{name: "pinned", first: "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$5\r\ndrain\r\n", firstReply: "+OK\r\n"},
+	{name: "NoIOUring", noURing: true},
 	{name: "ConnPerClient", perClient: true},
 }
 
 type drainMode struct {
 	name       string
 	perClient  bool
+	noURing    bool   // NoIOUring
 	first      string // sent first
 	firstReply string // its reply
 }
@@ -803,7 +806,7 @@ func (m drainMode) check(t *testing.T, p *sampler.Proxy) {
 		return // no multiplexing: every client has its own connection
 	}
 	want := sampler.ProxyStats{OwnClients: 1}
-	if m.name == "shared" {
+	if m.name == "shared" || m.noURing {
 		want = sampler.ProxyStats{SharedClients: 1}
 	}
 	waitFor(t, m.name+" client", func() bool {
@@ -829,7 +832,7 @@ func testProxyShutdownLargeReply(t *testing.T, m drainMode) {
 		t.Fatal(err)
 	}
 	base := runtime.NumGoroutine()
-	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient})
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient, NoIOUring: m.noURing})
 	c := muxDial(t, p.Addr().String())
 	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
 	c.send(t, m.first+"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n")
@@ -869,7 +872,7 @@ func TestProxyShutdownPipeline(t *testing.T) {
 func testProxyShutdownPipeline(t *testing.T, m drainMode) {
 	srv, direct := startDirect(t)
 	base := runtime.NumGoroutine()
-	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient})
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient, NoIOUring: m.noURing})
 	c := muxDial(t, p.Addr().String())
 	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
 
@@ -982,7 +985,7 @@ func TestProxyShutdownDeadline(t *testing.T) {
 func TestProxyShutdownIdle(t *testing.T) {
 	base := runtime.NumGoroutine()
 	for _, m := range muxModes {
-		p, err := sampler.NewProxy(sampler.ProxyOptions{Sink: newRecordSink(), ConnPerClient: m.perClient})
+		p, err := sampler.NewProxy(sampler.ProxyOptions{Sink: newRecordSink(), ConnPerClient: m.perClient, NoIOUring: m.noURing})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1015,7 +1018,7 @@ func TestProxyShutdownIdleClient(t *testing.T) {
 	for _, m := range drainModes {
 		t.Run(m.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient})
+			p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient, NoIOUring: m.noURing})
 			c := muxDial(t, p.Addr().String())
 			_ = c.SetDeadline(time.Now().Add(60 * time.Second))
 			c.send(t, m.first+"*1\r\n$4\r\nPING\r\n")

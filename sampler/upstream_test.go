@@ -58,7 +58,7 @@ func TestProxyUpstreamDownReply(t *testing.T) {
 	want := upstreamErr(upstream, "connection refused")
 	for _, m := range muxModes {
 		t.Run(m.name, func(t *testing.T) {
-			p := startProxy(t, sampler.ProxyOptions{Upstream: upstream, Sink: newRecordSink(), ConnPerClient: m.perClient})
+			p := startProxy(t, sampler.ProxyOptions{Upstream: upstream, Sink: newRecordSink(), ConnPerClient: m.perClient, NoIOUring: m.noURing})
 			addr := p.Addr().String()
 			for _, tt := range []struct {
 				name, req string
@@ -87,7 +87,7 @@ func TestProxyUpstreamDownAfterReply(t *testing.T) {
 	for _, m := range muxModes {
 		t.Run(m.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			p := muxProxy(t, srv, m.perClient, 0)
+			p := muxProxy(t, srv, m, 0)
 			c := muxDial(t, p.Addr().String())
 			c.expect(t, "+PONG\r\n", "PING")
 			srv.Stop()
@@ -127,7 +127,7 @@ func TestProxyUpstreamIsItself(t *testing.T) {
 				upstream := strings.ReplaceAll(tt.upstream, "%", port)
 				var logs logbuf.Buffer
 				p := startProxy(t, sampler.ProxyOptions{
-					Listen: listen, Upstream: upstream, Sink: newRecordSink(), ConnPerClient: m.perClient,
+					Listen: listen, Upstream: upstream, Sink: newRecordSink(), ConnPerClient: m.perClient, NoIOUring: m.noURing,
 					Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 				})
 				sampler.SetSharedRetry(p, 20*time.Millisecond)
@@ -158,7 +158,7 @@ func TestProxyUpstreamSameHost(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			var logs logbuf.Buffer
 			p := startProxy(t, sampler.ProxyOptions{
-				Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient,
+				Upstream: srv.Addr(), Sink: newRecordSink(), ConnPerClient: m.perClient, NoIOUring: m.noURing,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 			})
 			c := muxDial(t, p.Addr().String())
@@ -179,7 +179,7 @@ func TestProxyUpstreamDownGoRedis(t *testing.T) {
 	srv.Stop()
 	for _, m := range muxModes {
 		t.Run(m.name, func(t *testing.T) {
-			p := startProxy(t, sampler.ProxyOptions{Upstream: upstream, Sink: newRecordSink(), ConnPerClient: m.perClient})
+			p := startProxy(t, sampler.ProxyOptions{Upstream: upstream, Sink: newRecordSink(), ConnPerClient: m.perClient, NoIOUring: m.noURing})
 			for _, protocol := range []int{2, 3} {
 				gc := redis.NewClient(&redis.Options{Addr: p.Addr().String(), Protocol: protocol, MaxRetries: -1})
 				err := gc.Ping(context.Background()).Err()

@@ -158,6 +158,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 				SchedPolicy:      sched,
 				MaxOutputBytes:   cfg.Proxy.MaxOutputBytes,
 				AccessCheckTTL:   cfg.Proxy.AccessCheckTTL,
+				NoIOUring:        !cfg.Proxy.IOUring,
 				MaxKeyBytes:      cfg.Limits.MaxKeyBytes,
 				Sink:             sink,
 				Logger:           log,
