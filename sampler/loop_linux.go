@@ -594,11 +594,11 @@ func (l *muxLoop) readAll() {
 	if len(l.reads) == 0 {
 		return
 	}
-	res, err := l.submit()
+	res, ok := l.submit()
 	for k, c := range l.reads {
 		c.reading = false
 		l.reads[k] = nil
-		n, errno := l.result(res, err, k, rawRead, c.fd, c.in[c.pending:])
+		n, errno := l.result(res, ok, k, rawRead, c.fd, c.in[c.pending:])
 		if c.closed {
 			l.spare(c)
 			continue
@@ -613,23 +613,30 @@ func (l *muxLoop) readAll() {
 	l.hups = l.hups[:0]
 }
 
-// submit issues the loop's batch. Should io_uring fail, which it does whole or not at
-// all, the loop makes one system call for each read and write from then on, starting
-// with those of this batch (see result).
-func (l *muxLoop) submit() ([]int32, error) {
+// submit issues the loop's batch and returns its results; false when its operations
+// are to be made one system call each (see result). That is so for a batch of one,
+// which costs more through io_uring than as a call of its own (BenchmarkSend in
+// internal/uring). Should io_uring fail, which it does whole or not at all, so is every
+// batch from then on.
+func (l *muxLoop) submit() ([]int32, bool) {
+	if l.batch.Len() == 1 {
+		l.batch.Drop()
+		return nil, false
+	}
 	res, err := l.batch.Submit()
 	if err != nil {
 		l.p.log.Warn("proxy: io_uring failed: one system call for each read and write from now on", "err", err)
 		_ = l.batch.Close()
 		l.batch = nil
+		return nil, false
 	}
-	return res, err
+	return res, true
 }
 
-// result returns the k-th result of a batch as rw would have: when the batch failed
-// (err), by calling rw on fd and b.
-func (l *muxLoop) result(res []int32, err error, k int, rw func(int, []byte) (int, error), fd int, b []byte) (int, error) {
-	if err != nil {
+// result returns the k-th result of a batch as rw would have: when submit said so (not
+// ok), by calling rw on fd and b.
+func (l *muxLoop) result(res []int32, ok bool, k int, rw func(int, []byte) (int, error), fd int, b []byte) (int, error) {
+	if !ok {
 		return ioRetry(rw, fd, b)
 	}
 	if n := int(res[k]); n < 0 {
@@ -1066,6 +1073,11 @@ func (l *muxLoop) readUp(i int) {
 // when it has room, the rest when epoll says it has. The replies waiting for room, all
 // clients' together, are held to about the proxy's MaxOutputBytes (see pause).
 func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
+	if c.sending || l.batch != nil && l.batch.Len() == l.batch.Cap() {
+		// Its replies queued before these go first, and are settled with what it was
+		// owed then: settle must not take it for done while these wait.
+		l.sendAll()
+	}
 	c.owed -= replies
 	if c.closed {
 		return
@@ -1073,18 +1085,9 @@ func (l *muxLoop) deliver(c *loopClient, b []byte, replies int) {
 	if c.owed < muxOwed && c.owed+replies >= muxOwed {
 		l.update(c) // it may be read again
 	}
-	if c.sending {
-		l.sendAll() // its replies before these go first
-		if c.closed {
-			return
-		}
-	}
 	if c.backlog() == 0 && len(b) > 0 {
 		if l.batch != nil {
-			if _, ok := l.batch.Send(c.fd, b); !ok {
-				l.sendAll()
-				l.batch.Send(c.fd, b)
-			}
+			l.batch.Send(c.fd, b) // room made above
 			c.sending = true
 			l.sends = append(l.sends, loopSend{c: c, b: b})
 			return // sent (sendAll)
@@ -1105,12 +1108,12 @@ func (l *muxLoop) sendAll() {
 	if len(l.sends) == 0 {
 		return
 	}
-	res, err := l.submit()
+	res, ok := l.submit()
 	for k, s := range l.sends {
 		c, b := s.c, s.b
 		c.sending = false
 		l.sends[k] = loopSend{}
-		n, errno := l.result(res, err, k, rawWrite, c.fd, b)
+		n, errno := l.result(res, ok, k, rawWrite, c.fd, b)
 		if c.closed {
 			continue
 		}

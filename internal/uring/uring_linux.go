@@ -161,6 +161,13 @@ func (b *Batch) queue(op uint8, fd int, p []byte) (int, bool) {
 	return b.n - 1, true
 }
 
+// Drop forgets the queued operations, which do not run.
+func (b *Batch) Drop() {
+	atomic.StoreUint32(b.sqTail, atomic.LoadUint32(b.sqHead)) // the kernel reads the tail only when entered
+	clear(b.bufs[:b.n])
+	b.n = 0
+}
+
 // Submit issues the queued operations and returns their results, in the order queued:
 // for each, the bytes sent or received, or a negated errno (-EAGAIN: no room, or
 // nothing to read). The slice is valid until the next Submit. An error means that the

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func newBatch(t *testing.T, entries int) *Batch {
+func newBatch(t testing.TB, entries int) *Batch {
 	t.Helper()
 	b, err := New(entries)
 	if errors.Is(err, ErrUnsupported) {
@@ -22,7 +22,7 @@ func newBatch(t *testing.T, entries int) *Batch {
 }
 
 // tcpPair returns the descriptors of both ends of a loopback TCP connection, non-blocking.
-func tcpPair(t *testing.T) (int, int) {
+func tcpPair(t testing.TB) (int, int) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -217,5 +217,25 @@ func TestBatchBroken(t *testing.T) {
 	buf := make([]byte, 8)
 	if n, err := syscall.Read(z, buf); err != syscall.EAGAIN {
 		t.Errorf("the peer read %q, %v; want nothing (EAGAIN)", buf[:max(n, 0)], err)
+	}
+}
+
+// TestBatchDrop: operations dropped do not run, and the batch is empty and usable.
+func TestBatchDrop(t *testing.T) {
+	b := newBatch(t, 4)
+	a, z := tcpPair(t)
+	b.Send(a, []byte("dropped"))
+	b.Drop()
+	if b.Len() != 0 {
+		t.Fatalf("Len after Drop: got %d; want 0", b.Len())
+	}
+	b.Send(a, []byte("sent"))
+	if res, err := b.Submit(); err != nil || len(res) != 1 || res[0] != 4 {
+		t.Fatalf("Submit after Drop: got %v, %v; want [4]", res, err)
+	}
+	buf := make([]byte, 16)
+	n, err := syscall.Read(z, buf)
+	if err != nil || string(buf[:n]) != "sent" {
+		t.Errorf("the peer read %q, %v; want %q", buf[:max(n, 0)], err, "sent")
 	}
 }
