@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,17 +30,6 @@ func newTestClock() *testClock {
 
 func debugLogger(buf *logbuf.Buffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// logLines returns the lines of the log that match re.
-func logLines(buf *logbuf.Buffer, re string) []string {
-	var out []string
-	for line := range strings.Lines(buf.String()) {
-		if regexp.MustCompile(re).MatchString(line) {
-			out = append(out, strings.TrimSpace(line))
-		}
-	}
-	return out
 }
 
 // TestUDPDropsLogged: a sender that is not the Go SDK can learn why its datagrams are
@@ -75,7 +63,7 @@ func TestUDPDropsLogged(t *testing.T) {
 		conn.Write(good)
 	}
 	udpWaitFor(t, "10 samples", func() bool { return sink.samples.Load() == 10 })
-	if got := logLines(&buf, "."); len(got) != 0 {
+	if got := buf.Lines("."); len(got) != 0 {
 		t.Fatalf("after valid datagrams, the log holds %q; want nothing", got)
 	}
 	for range 40 {
@@ -83,14 +71,14 @@ func TestUDPDropsLogged(t *testing.T) {
 	}
 	// A reader counts a drop before it logs it.
 	udpWaitFor(t, "40 drops and their lines", func() bool {
-		return sink.drops.Load() == 40 && len(logLines(&buf, "dropped")) == 40
+		return sink.drops.Load() == 40 && len(buf.Lines("dropped")) == 40
 	})
-	lines := logLines(&buf, "level=WARN.*dropped")
+	lines := buf.Lines("level=WARN.*dropped")
 	if len(lines) != 1 {
 		t.Fatalf("after 40 malformed datagrams, warn lines %q; want 1", lines)
 	}
 	// At debug level every other drop has a line of its own.
-	if debug := logLines(&buf, "level=DEBUG.*dropped.*op byte 0x09"); len(debug) != 39 {
+	if debug := buf.Lines("level=DEBUG.*dropped.*op byte 0x09"); len(debug) != 39 {
 		t.Errorf("after 40 malformed datagrams, %d debug lines; want 39, one for each drop not warned of", len(debug))
 	}
 	for _, want := range []string{"level=WARN", "transport=udp", "reason=malformed", "from=" + from, "source=py", "op byte 0x09", "unlogged=0"} {
@@ -103,8 +91,8 @@ func TestUDPDropsLogged(t *testing.T) {
 	udpWaitFor(t, "41 drops", func() bool { return sink.drops.Load() == 41 })
 	clk.add(time.Second)
 	conn.Write([]byte("GET / HTTP/1.1\r\n"))
-	udpWaitFor(t, "42 drops and a second line", func() bool { return sink.drops.Load() == 42 && len(logLines(&buf, "level=WARN.*dropped")) > 1 })
-	lines = logLines(&buf, "level=WARN.*dropped")
+	udpWaitFor(t, "42 drops and a second line", func() bool { return sink.drops.Load() == 42 && len(buf.Lines("level=WARN.*dropped")) > 1 })
+	lines = buf.Lines("level=WARN.*dropped")
 	if len(lines) != 2 {
 		t.Fatalf("a minute after the first line, log lines %q; want 2", lines)
 	}
@@ -139,13 +127,13 @@ func testHTTPDropsLogged(t *testing.T, level slog.Level) {
 	if code := post(`{"source":"sh","samples":[{"key":"k","op":"read"}]}`); code != http.StatusAccepted {
 		t.Fatalf("valid report: %d; want 202", code)
 	}
-	if got := logLines(&buf, "."); len(got) != 0 {
+	if got := buf.Lines("."); len(got) != 0 {
 		t.Fatalf("after a valid report, the log holds %q; want nothing", got)
 	}
 	for range 40 {
 		post(`{"source":"sh","samples":[{"key":"k","op":"delete"}]}`)
 	}
-	lines := logLines(&buf, "level=WARN.*dropped")
+	lines := buf.Lines("level=WARN.*dropped")
 	if len(lines) != 1 {
 		t.Fatalf("after 40 malformed reports, warn lines %q; want 1", lines)
 	}
@@ -153,7 +141,7 @@ func testHTTPDropsLogged(t *testing.T, level slog.Level) {
 	if level == slog.LevelDebug {
 		wantDebug = 39 // every drop not warned of
 	}
-	if debug := logLines(&buf, "level=DEBUG.*dropped.*transport=http"); len(debug) != wantDebug {
+	if debug := buf.Lines("level=DEBUG.*dropped.*transport=http"); len(debug) != wantDebug {
 		t.Errorf("after 40 malformed reports at level %v, %d debug lines; want %d", level, len(debug), wantDebug)
 	}
 	for _, want := range []string{"level=WARN", "transport=http", "reason=malformed", "from=192.0.2.7:4711", "source=sh", `samples[0].op: \"delete\" is not allowed`, "unlogged=0"} {
@@ -163,7 +151,7 @@ func testHTTPDropsLogged(t *testing.T, level slog.Level) {
 	}
 	clk.add(time.Minute)
 	post(`{"samples":[]}`)
-	if lines = logLines(&buf, "level=WARN.*dropped"); len(lines) != 2 || !strings.Contains(lines[1], "unlogged=39") || !strings.Contains(lines[1], "source=unknown") {
+	if lines = buf.Lines("level=WARN.*dropped"); len(lines) != 2 || !strings.Contains(lines[1], "unlogged=39") || !strings.Contains(lines[1], "source=unknown") {
 		t.Errorf("a minute later, log lines %q; want a second one with source=unknown unlogged=39", lines)
 	}
 }
@@ -240,7 +228,7 @@ func TestUDPTooManySamplesLogged(t *testing.T) {
 	udpWaitFor(t, "3 samples, a drop and a line", func() bool {
 		sink.mu.Lock()
 		defer sink.mu.Unlock()
-		return len(sink.samples) == 3 && len(sink.drops) == 1 && len(logLines(&buf, "level=WARN.*dropped")) == 1
+		return len(sink.samples) == 3 && len(sink.drops) == 1 && len(buf.Lines("level=WARN.*dropped")) == 1
 	})
 	sink.mu.Lock()
 	drops := strings.Join(sink.drops, ",")
@@ -248,7 +236,7 @@ func TestUDPTooManySamplesLogged(t *testing.T) {
 	if drops != "py too_large 4" {
 		t.Errorf("dropped %q; want %q, the datagram's 4 samples", drops, "py too_large 4")
 	}
-	line := logLines(&buf, "level=WARN.*dropped")[0]
+	line := buf.Lines("level=WARN.*dropped")[0]
 	for _, want := range []string{"level=WARN", "transport=udp", "reason=too_large", "source=py", "4 samples", "at most 3", "limits.max_samples_per_report"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("log line %q lacks %q", line, want)

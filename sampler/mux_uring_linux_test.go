@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/hotkeyd/hotkeyd/internal/logbuf"
@@ -45,7 +43,7 @@ func TestMuxIOUringChosen(t *testing.T) {
 			if got := sampler.LoopBatched(p); got != want {
 				t.Errorf("loop batches through io_uring: got %v; want %v (io_uring here: %v)", got, want, here)
 			}
-			lines := uringLog(&logs, `batches through io_uring|io_uring is not available`)
+			lines := logs.Lines(`batches through io_uring|io_uring is not available`)
 			switch {
 			case m.noURing && len(lines) > 0:
 				t.Errorf("NoIOUring: got log %q; want nothing of io_uring", lines)
@@ -96,21 +94,10 @@ func TestMuxIOUringFails(t *testing.T) {
 	}
 	late := muxDial(t, p.Addr().String())
 	late.expect(t, muxBulk(fmt.Sprint(2+5*3-1)), "GET", "uring:c0")
-	if lines := uringLog(&logs, `level=WARN.*io_uring failed`); len(lines) != 1 {
+	if lines := logs.Lines(`level=WARN.*io_uring failed`); len(lines) != 1 {
 		t.Errorf("got warnings %q; want one that io_uring failed", lines)
 	}
 	if got := p.Stats().SharedClients; got != n+1 {
 		t.Errorf("shared clients: got %d; want %d", got, n+1)
 	}
-}
-
-// uringLog returns the lines of logs that match re.
-func uringLog(logs *logbuf.Buffer, re string) []string {
-	var out []string
-	for line := range strings.Lines(logs.String()) {
-		if regexp.MustCompile(re).MatchString(line) {
-			out = append(out, strings.TrimSpace(line))
-		}
-	}
-	return out
 }

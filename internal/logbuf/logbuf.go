@@ -3,6 +3,8 @@ package logbuf
 
 import (
 	"bytes"
+	"regexp"
+	"strings"
 	"sync"
 )
 
@@ -24,4 +26,17 @@ func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Lines returns the lines written so far that match the regular expression re, without
+// their line ends.
+func (s *Buffer) Lines(re string) []string {
+	m := regexp.MustCompile(re)
+	var out []string
+	for line := range strings.Lines(s.String()) {
+		if m.MatchString(line) {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out
 }
