@@ -75,6 +75,7 @@ type muxLoop struct {
 	batchFD   int           // batch's descriptor as the loop started, -1 without: for tests
 	sends     []loopSend    // the replies queued in batch, in its order (see deliver)
 	reads     []*loopClient // the clients whose reads are queued in batch, in its order (see readClient)
+	readRoom  int           // the room in their buffers
 	hups      []*loopClient // clients that hung up, once their queued reads are done
 }
 
@@ -407,6 +408,9 @@ func (l *muxLoop) turn(n int) bool {
 		up := l.upstream(fd)
 		switch {
 		case fd == l.wakeR:
+			// The reads queued so far first, as if made: the drain that admit may
+			// start drops what clients sent that is not queued for Redis.
+			l.readAll()
 			if !l.admit() {
 				return false
 			}
@@ -578,9 +582,23 @@ func (l *muxLoop) readClient(c *loopClient) {
 		c.in = l.inBufs.get()[:l.p.bufSize]
 	}
 	if l.batch != nil && !c.reading {
+		// The reads queued are parsed only once all are made, so they are held to what
+		// Redis may still be sent before the clients are throttled (see throttle).
+		room := muxOpen - l.readRoom
+		for i := range l.up {
+			room -= len(l.up[i].out)
+		}
+		if room < len(c.in)-c.pending {
+			l.readAll()
+			if l.throttled {
+				l.spare(c)
+				return // read once Redis has caught up
+			}
+		}
 		if _, ok := l.batch.Recv(c.fd, c.in[c.pending:]); ok {
 			c.reading = true
 			l.reads = append(l.reads, c)
+			l.readRoom += len(c.in) - c.pending
 			return // read (readAll)
 		}
 	}
@@ -594,6 +612,7 @@ func (l *muxLoop) readAll() {
 	if len(l.reads) == 0 {
 		return
 	}
+	l.readRoom = 0
 	res, ok := l.submit()
 	for k, c := range l.reads {
 		c.reading = false
@@ -616,8 +635,8 @@ func (l *muxLoop) readAll() {
 // submit issues the loop's batch and returns its results; false when its operations
 // are to be made one system call each (see result). That is so for a batch of one,
 // which costs more through io_uring than as a call of its own (BenchmarkSend in
-// internal/uring). Should io_uring fail, which it does whole or not at all, so is every
-// batch from then on.
+// internal/uring). Should io_uring fail, so is every batch from then on, starting with
+// this one when none of its operations ran, as is the case with every failure seen.
 func (l *muxLoop) submit() ([]int32, bool) {
 	if l.batch.Len() == 1 {
 		l.batch.Drop()
@@ -628,8 +647,12 @@ func (l *muxLoop) submit() ([]int32, bool) {
 		l.p.log.Warn("proxy: io_uring failed: one system call for each read and write from now on", "err", err)
 		_ = l.batch.Close()
 		l.batch = nil
-		return nil, false
+		if res == nil {
+			return nil, false // nothing ran
+		}
 	}
+	// Should io_uring have failed with some operations taken, those it did not complete
+	// fail with ECANCELED: their clients are dropped, since whether they ran is not known.
 	return res, true
 }
 

@@ -167,7 +167,7 @@ func agentOptions(cfg config.Config, log *slog.Logger) (agent.Options, error) {
 				return nil, fmt.Errorf("proxy.listen %q: %w", cfg.Proxy.Listen, err)
 			}
 			log.Info("proxy tap listening", "listen", p.Addr(), "upstream", cfg.Proxy.Upstream, "multiplex", cfg.Proxy.Multiplex,
-				"upstream_auth", cfg.Proxy.UpstreamPassword != "", "access_check_ttl", cfg.Proxy.AccessCheckTTL)
+				"upstream_auth", cfg.Proxy.UpstreamPassword != "", "access_check_ttl", cfg.Proxy.AccessCheckTTL, "io_uring", cfg.Proxy.IOUring)
 			if err := checkUpstream(cfg.Proxy.Upstream); err != nil {
 				log.Warn("proxy.upstream does not answer; its clients get errors until it does (check the address if Redis is up)",
 					"upstream", cfg.Proxy.Upstream, "err", err)

@@ -3,6 +3,7 @@ package uring
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -170,8 +171,11 @@ func (b *Batch) Drop() {
 
 // Submit issues the queued operations and returns their results, in the order queued:
 // for each, the bytes sent or received, or a negated errno (-EAGAIN: no room, or
-// nothing to read). The slice is valid until the next Submit. An error means that the
-// batch could not be issued; its operations did not run, and the batch is empty again.
+// nothing to read). The slice is valid until the next Submit, and the batch is empty
+// again. An error with no results means that nothing ran. An error with results, which
+// no kernel has been seen to give, means that io_uring failed after taking some of the
+// operations: those whose result is -ECANCELED may or may not have run, and the Batch
+// is not to be used again.
 func (b *Batch) Submit() ([]int32, error) {
 	n := b.n
 	if n == 0 {
@@ -179,23 +183,38 @@ func (b *Batch) Submit() ([]int32, error) {
 	}
 	defer clear(b.bufs[:n])
 	b.n = 0
-	done := 0
-	for submitted := 0; submitted < n || done < n; {
-		// Every operation runs at once (MSG_DONTWAIT), so waiting for all of them
-		// waits for no socket, and the call need not tell Go's scheduler that it may
-		// block (which lets the runtime hand the thread's work to another thread, with
-		// the wake-ups that costs).
-		r, _, errno := syscall.RawSyscall6(sysEnter, uintptr(b.fd), uintptr(n-submitted), uintptr(n-done), enterGetEvents, 0, 0)
-		if errno == syscall.EINTR {
-			continue
+	// Every operation runs at once (MSG_DONTWAIT) and is completed by the time the call
+	// that takes it returns, so the first call need not tell Go's scheduler that it may
+	// block (which would let the runtime hand the thread's work to another thread, with
+	// the wake-ups that costs). Should a completion be missing all the same, the calls
+	// that wait for it do tell it.
+	submitted, done := 0, 0
+	for first := true; submitted < n || done < n; first = false {
+		var r uintptr
+		var errno syscall.Errno
+		if first {
+			r, _, errno = syscall.RawSyscall6(sysEnter, uintptr(b.fd), uintptr(n), 0, 0, 0, 0)
+		} else {
+			r, _, errno = syscall.Syscall6(sysEnter, uintptr(b.fd), uintptr(n-submitted), uintptr(n-done), enterGetEvents, 0, 0)
 		}
-		if errno != 0 {
-			if submitted == 0 {
-				// Nothing was taken: forget the entries queued.
-				atomic.StoreUint32(b.sqTail, atomic.LoadUint32(b.sqHead))
-				return b.res[:0], os.NewSyscallError("io_uring_enter", errno)
+		switch {
+		case errno == syscall.EINTR:
+			continue
+		case errno != 0 && submitted == 0:
+			b.Drop() // nothing was taken
+			return nil, os.NewSyscallError("io_uring_enter", errno)
+		case errno != 0:
+			for k := range b.res[:n] {
+				if b.res[k] == pending {
+					b.res[k] = -int32(syscall.ECANCELED)
+				}
 			}
-			return b.res[:0], fmt.Errorf("uring: %d of %d operations issued: %w", submitted, n, os.NewSyscallError("io_uring_enter", errno))
+			return b.res[:n], fmt.Errorf("uring: %d of %d operations issued, %d completed: %w", submitted, n, done, os.NewSyscallError("io_uring_enter", errno))
+		}
+		if first {
+			for k := range b.res[:n] {
+				b.res[k] = pending
+			}
 		}
 		submitted += int(r)
 		head, tail := *b.cqHead, atomic.LoadUint32(b.cqTail)
@@ -210,6 +229,9 @@ func (b *Batch) Submit() ([]int32, error) {
 	}
 	return b.res[:n], nil
 }
+
+// pending marks a result not seen yet; no operation completes with it.
+const pending = math.MinInt32
 
 // Close releases the ring. Operations queued and not submitted are dropped.
 func (b *Batch) Close() error {
