@@ -589,17 +589,19 @@ func (l *muxLoop) readClient(c *loopClient) {
 			room -= len(l.up[i].out)
 		}
 		if room < len(c.in)-c.pending {
-			l.readAll()
-			if l.throttled {
+			l.readAll() // may close c (a shared connection failed), or end the batch
+			if l.throttled || c.closed {
 				l.spare(c)
-				return // read once Redis has caught up
+				return // read once Redis has caught up, or not at all
 			}
 		}
-		if _, ok := l.batch.Recv(c.fd, c.in[c.pending:]); ok {
-			c.reading = true
-			l.reads = append(l.reads, c)
-			l.readRoom += len(c.in) - c.pending
-			return // read (readAll)
+		if l.batch != nil {
+			if _, ok := l.batch.Recv(c.fd, c.in[c.pending:]); ok {
+				c.reading = true
+				l.reads = append(l.reads, c)
+				l.readRoom += len(c.in) - c.pending
+				return // read (readAll)
+			}
 		}
 	}
 	n, err := ioRetry(rawRead, c.fd, c.in[c.pending:])

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -99,5 +100,42 @@ func TestMuxIOUringFails(t *testing.T) {
 	}
 	if got := p.Stats().SharedClients; got != n+1 {
 		t.Errorf("shared clients: got %d; want %d", got, n+1)
+	}
+}
+
+// TestMuxIOUringFailsManyReady: io_uring fails in the batch that a turn sends early, to
+// hold its reads to what Redis may still be sent (more than 64 clients ready at once, at
+// the default 64 KiB buffers): the loop goes on with a call each, and every client gets
+// its reply. It crashed on a nil batch before.
+func TestMuxIOUringFailsManyReady(t *testing.T) {
+	if !uringHere(t) {
+		t.Skip("no io_uring here")
+	}
+	srv := redistest.Start(t)
+	var logs logbuf.Buffer
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	const n = 200
+	conns := make([]*muxConn, n)
+	for i := range conns {
+		conns[i] = muxDial(t, p.Addr().String())
+		conns[i].expect(t, muxInt(1), "INCR", "room:c"+strconv.Itoa(i))
+	}
+	if ok, err := sampler.BreakLoopBatch(p); !ok || err != nil {
+		t.Fatalf("BreakLoopBatch: got %v, %v; want true, nil", ok, err)
+	}
+	// With one P, the loop does not run until every client has written: all are ready
+	// in its next turn.
+	old := runtime.GOMAXPROCS(1)
+	for i, c := range conns {
+		c.send(t, muxCmd("INCR", "room:c"+strconv.Itoa(i)))
+	}
+	runtime.GOMAXPROCS(old)
+	for i, c := range conns {
+		if got := c.reply(t); got != muxInt(2) {
+			t.Fatalf("client %d: got %q; want %q", i, got, muxInt(2))
+		}
+	}
+	if lines := logs.Lines(`level=WARN.*io_uring failed`); len(lines) != 1 {
+		t.Errorf("got warnings %q; want one that io_uring failed", lines)
 	}
 }

@@ -188,6 +188,9 @@ func (b *Batch) Submit() ([]int32, error) {
 	// block (which would let the runtime hand the thread's work to another thread, with
 	// the wake-ups that costs). Should a completion be missing all the same, the calls
 	// that wait for it do tell it.
+	for k := range b.res[:n] {
+		b.res[k] = pending
+	}
 	submitted, done := 0, 0
 	for first := true; submitted < n || done < n; first = false {
 		var r uintptr
@@ -210,11 +213,6 @@ func (b *Batch) Submit() ([]int32, error) {
 				}
 			}
 			return b.res[:n], fmt.Errorf("uring: %d of %d operations issued, %d completed: %w", submitted, n, done, os.NewSyscallError("io_uring_enter", errno))
-		}
-		if first {
-			for k := range b.res[:n] {
-				b.res[k] = pending
-			}
 		}
 		submitted += int(r)
 		head, tail := *b.cqHead, atomic.LoadUint32(b.cqTail)
