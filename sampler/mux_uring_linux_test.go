@@ -59,21 +59,8 @@ func TestMuxIOUringChosen(t *testing.T) {
 // goes on with a system call for each read and write, and no client sees a wrong or
 // missing reply, neither those connected before nor a new one.
 func TestMuxIOUringFails(t *testing.T) {
-	if !uringHere(t) {
-		t.Skip("no io_uring here")
-	}
-	srv := redistest.Start(t)
-	var logs logbuf.Buffer
-	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	const n = 8
-	conns := make([]*muxConn, n)
-	for i := range conns {
-		conns[i] = muxDial(t, p.Addr().String())
-		conns[i].expect(t, muxInt(1), "INCR", "uring:c"+strconv.Itoa(i))
-	}
-	if ok, err := sampler.BreakLoopBatch(p); !ok || err != nil {
-		t.Fatalf("BreakLoopBatch: got %v, %v; want true, nil", ok, err)
-	}
+	p, conns, logs := brokenBatch(t, n)
 	// Every client pipelines some INCRs and reads their replies, round after round:
 	// the first batch after the break fails, and what it held must be done one by one.
 	for round := range 5 {
@@ -108,26 +95,12 @@ func TestMuxIOUringFails(t *testing.T) {
 // the default 64 KiB buffers): the loop goes on with a call each, and every client gets
 // its reply. It crashed on a nil batch before.
 func TestMuxIOUringFailsManyReady(t *testing.T) {
-	if !uringHere(t) {
-		t.Skip("no io_uring here")
-	}
-	srv := redistest.Start(t)
-	var logs logbuf.Buffer
-	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	const n = 200
-	conns := make([]*muxConn, n)
-	for i := range conns {
-		conns[i] = muxDial(t, p.Addr().String())
-		conns[i].expect(t, muxInt(1), "INCR", "room:c"+strconv.Itoa(i))
-	}
-	if ok, err := sampler.BreakLoopBatch(p); !ok || err != nil {
-		t.Fatalf("BreakLoopBatch: got %v, %v; want true, nil", ok, err)
-	}
+	_, conns, logs := brokenBatch(t, 200)
 	// With one P, the loop does not run until every client has written: all are ready
 	// in its next turn.
 	old := runtime.GOMAXPROCS(1)
 	for i, c := range conns {
-		c.send(t, muxCmd("INCR", "room:c"+strconv.Itoa(i)))
+		c.send(t, muxCmd("INCR", "uring:c"+strconv.Itoa(i)))
 	}
 	runtime.GOMAXPROCS(old)
 	for i, c := range conns {
@@ -138,4 +111,26 @@ func TestMuxIOUringFailsManyReady(t *testing.T) {
 	if lines := logs.Lines(`level=WARN.*io_uring failed`); len(lines) != 1 {
 		t.Errorf("got warnings %q; want one that io_uring failed", lines)
 	}
+}
+
+// brokenBatch starts a proxy whose loop serves n clients, each of which has INCRed
+// uring:cI once, and then breaks the loop's io_uring (BreakLoopBatch); it skips the test
+// where io_uring is not to be had.
+func brokenBatch(t *testing.T, n int) (*sampler.Proxy, []*muxConn, *logbuf.Buffer) {
+	t.Helper()
+	if !uringHere(t) {
+		t.Skip("no io_uring here")
+	}
+	srv := redistest.Start(t)
+	logs := &logbuf.Buffer{}
+	p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	conns := make([]*muxConn, n)
+	for i := range conns {
+		conns[i] = muxDial(t, p.Addr().String())
+		conns[i].expect(t, muxInt(1), "INCR", "uring:c"+strconv.Itoa(i))
+	}
+	if ok, err := sampler.BreakLoopBatch(p); !ok || err != nil {
+		t.Fatalf("BreakLoopBatch: got %v, %v; want true, nil", ok, err)
+	}
+	return p, conns, logs
 }
