@@ -664,11 +664,10 @@ func (l *muxLoop) result(res []int32, ok bool, k int, rw func(int, []byte) (int,
 	if !ok {
 		return ioRetry(rw, fd, b)
 	}
-	if n := int(res[k]); n < 0 {
-		return -1, syscall.Errno(-n)
-	} else {
+	if n := int(res[k]); n >= 0 {
 		return n, nil
 	}
+	return -1, syscall.Errno(-res[k])
 }
 
 // read goes on with readClient once c's read returned n and err.
