@@ -33,12 +33,19 @@ type pooled struct {
 	// after holds the same ratios by the target that ran just before in the same round
 	// and phase (-P), "" for the first, which ran right after the last phase.
 	after map[poolKey]map[string][]float64
-	order []poolKey // the cells, -P 1 first, each in the order it first appeared
+	// vsTwemproxy holds, per cell, this target's requests/s ÷ twemproxy's in each round
+	// that ran both (the issue's "ahead of twemproxy", round by round).
+	vsTwemproxy map[poolKey][]float64
+	order       []poolKey // the cells, -P 1 first, each in the order it first appeared
 }
+
+// twemproxyTarget is the name `loadrun proxy` gives twemproxy in its round lines.
+const twemproxyTarget = "twemproxy"
 
 // poolRatios reads the logs of `loadrun proxy` runs.
 func poolRatios(logs []io.Reader) (pooled, error) {
-	p := pooled{ratios: map[poolKey][][]float64{}, after: map[poolKey]map[string][]float64{}}
+	p := pooled{ratios: map[poolKey][][]float64{}, after: map[poolKey]map[string][]float64{},
+		vsTwemproxy: map[poolKey][]float64{}}
 	for run, r := range logs {
 		type roundAt struct{ round, pipeline int }
 		rps := map[roundAt]map[string]map[string]float64{} // target → test → req/s
@@ -87,7 +94,7 @@ func poolRatios(logs []io.Reader) (pooled, error) {
 			return a.round - b.round
 		})
 		for _, at := range ats {
-			direct := rps[at]["direct Redis"]
+			direct, twem := rps[at]["direct Redis"], rps[at][twemproxyTarget]
 			for _, target := range targets {
 				for test, v := range rps[at][target] {
 					if direct[test] <= 0 {
@@ -105,6 +112,9 @@ func poolRatios(logs []io.Reader) (pooled, error) {
 					p.ratios[k][run] = append(p.ratios[k][run], ratio)
 					prev := before[at][target]
 					p.after[k][prev] = append(p.after[k][prev], ratio)
+					if target != twemproxyTarget && twem[test] > 0 {
+						p.vsTwemproxy[k] = append(p.vsTwemproxy[k], v/twem[test])
+					}
 				}
 			}
 		}
@@ -117,6 +127,9 @@ func poolRatios(logs []io.Reader) (pooled, error) {
 	})
 	return p, nil
 }
+
+// poolTarget is issue 3's target for a proxy: this ratio to direct Redis or above.
+const poolTarget = 0.9
 
 // poolLogs prints the pooled table of the logs named by args: the median over every
 // round of every run, next to each run's own median; with -after, also the medians by
@@ -151,7 +164,8 @@ func poolLogs(args []string, stdout, stderr io.Writer) error {
 	e := &env{out: stdout}
 	fmt.Fprintf(stdout, "```\ngo run ./cmd/loadrun pool %s\n```\n\n", strings.Join(args, " "))
 	fmt.Fprintf(stdout, "Ratio to direct Redis in the same round, pooled over %d runs: the median over all their rounds, "+
-		"then each run's own median.\n\n", len(readers))
+		"then each run's own median; the rounds at %.1f× or above, and those in which the target served more "+
+		"than twemproxy (the median of its requests/s ÷ twemproxy's in brackets).\n\n", len(readers), poolTarget)
 	var rows [][]string
 	for _, k := range p.order {
 		if k.target == "direct Redis" {
@@ -167,11 +181,29 @@ func poolLogs(args []string, stdout, stderr io.Writer) error {
 			}
 			perRun = append(perRun, f2(median(rs))+"×")
 		}
+		atTarget := 0
+		for _, r := range all {
+			if r >= poolTarget {
+				atTarget++
+			}
+		}
+		ahead := "–"
+		if vs := p.vsTwemproxy[k]; len(vs) > 0 {
+			n := 0
+			for _, r := range vs {
+				if r > 1 {
+					n++
+				}
+			}
+			ahead = fmt.Sprintf("%d of %d (%s×)", n, len(vs), f2(median(vs)))
+		}
 		rows = append(rows, []string{k.target, strconv.Itoa(k.pipeline), k.test, strconv.Itoa(len(all)),
 			"**" + f3(median(all)) + "×**", strings.Join(perRun, ", "),
-			fmt.Sprintf("%.2f–%.2f", quantile(all, 0), quantile(all, 1))})
+			fmt.Sprintf("%.2f–%.2f", quantile(all, 0), quantile(all, 1)),
+			fmt.Sprintf("%d of %d", atTarget, len(all)), ahead})
 	}
-	e.table([]string{"target", "-P", "test", "rounds", "pooled median", "each run's median", "range"}, rows)
+	e.table([]string{"target", "-P", "test", "rounds", "pooled median", "each run's median", "range",
+		fmt.Sprintf("≥ %.1f×", poolTarget), "ahead of twemproxy"}, rows)
 	if *after {
 		fmt.Fprintf(stdout, "\nThe same ratios by the target that ran just before, in the same round and phase "+
 			"(first: right after the previous phase).\n\n")

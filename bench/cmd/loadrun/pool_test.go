@@ -22,6 +22,7 @@ round 1 -P 16 hotkeyd proxy, multiplex off map[GET:400] rps in 1s
 
 const poolRun2 = `round 1 -P 1 direct Redis map[GET:200 SET:100] rps in 1s
 round 1 -P 1 hotkeyd proxy map[GET:220 SET:80] rps in 1s
+round 1 -P 1 twemproxy map[GET:200 SET:100] rps in 1s
 `
 
 func TestPoolRatios(t *testing.T) {
@@ -35,6 +36,8 @@ func TestPoolRatios(t *testing.T) {
 		{1, "direct Redis", "SET"}:                  {{1, 1}, {1}},
 		{1, "hotkeyd proxy", "GET"}:                 {{0.9, 0.5}, {1.1}},
 		{1, "hotkeyd proxy", "SET"}:                 {{0.5, 2}, {0.8}},
+		{1, "twemproxy", "GET"}:                     {nil, {1}},
+		{1, "twemproxy", "SET"}:                     {nil, {1}},
 		{16, "direct Redis", "GET"}:                 {{1}},
 		{16, "hotkeyd proxy, multiplex off", "GET"}: {{0.4}},
 	}
@@ -49,11 +52,23 @@ func TestPoolRatios(t *testing.T) {
 		{1, "direct Redis", "SET"}:                  {"": {1, 1}, "hotkeyd proxy": {1}},
 		{1, "hotkeyd proxy", "GET"}:                 {"direct Redis": {0.9, 1.1}, "": {0.5}},
 		{1, "hotkeyd proxy", "SET"}:                 {"direct Redis": {0.5, 0.8}, "": {2}},
+		{1, "twemproxy", "GET"}:                     {"hotkeyd proxy": {1}},
+		{1, "twemproxy", "SET"}:                     {"hotkeyd proxy": {1}},
 		{16, "direct Redis", "GET"}:                 {"": {1}},
 		{16, "hotkeyd proxy, multiplex off", "GET"}: {"direct Redis": {0.4}},
 	}
 	if !reflect.DeepEqual(p.after, wantAfter) {
 		t.Errorf("by the target before: %v; want %v", p.after, wantAfter)
+	}
+	// Only run 2 ran twemproxy: the rounds without it have nothing to compare.
+	wantVs := map[poolKey][]float64{
+		{1, "direct Redis", "GET"}:  {1},
+		{1, "direct Redis", "SET"}:  {1},
+		{1, "hotkeyd proxy", "GET"}: {1.1},
+		{1, "hotkeyd proxy", "SET"}: {0.8},
+	}
+	if !reflect.DeepEqual(p.vsTwemproxy, wantVs) {
+		t.Errorf("against twemproxy: %v; want %v", p.vsTwemproxy, wantVs)
 	}
 
 	dir := t.TempDir()
@@ -85,8 +100,10 @@ func TestPoolRatios(t *testing.T) {
 		}
 	}
 	for _, row := range []string{
-		"| hotkeyd proxy | 1 | GET | 3 | **0.900×** | 0.70×, 1.10× | 0.50–1.10 |",
-		"| hotkeyd proxy, multiplex off | 16 | GET | 1 | **0.400×** | 0.40× | 0.40–0.40 |",
+		"| hotkeyd proxy | 1 | GET | 3 | **0.900×** | 0.70×, 1.10× | 0.50–1.10 | 2 of 3 | 1 of 1 (1.10×) |",
+		"| hotkeyd proxy | 1 | SET | 3 | **0.800×** | 1.25×, 0.80× | 0.50–2.00 | 1 of 3 | 0 of 1 (0.80×) |",
+		"| twemproxy | 1 | GET | 1 | **1.000×** | –, 1.00× | 1.00–1.00 | 1 of 1 | – |",
+		"| hotkeyd proxy, multiplex off | 16 | GET | 1 | **0.400×** | 0.40× | 0.40–0.40 | 0 of 1 | – |",
 	} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("pool printed no row %q:\n%s", row, out.String())
