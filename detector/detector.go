@@ -263,6 +263,11 @@ func (s *shard) advance() {
 	s.distinct.Advance()
 	s.cur = (s.cur + 1) % len(s.totals)
 	s.totals[s.cur] = [2]uint64{}
+	if s.cur == 0 { // a window of ticks since the last epoch: see Key.Weight
+		for _, r := range s.rank {
+			r.AgeWeights()
+		}
+	}
 }
 
 func (s *shard) refresh() {
@@ -283,8 +288,9 @@ type Key struct {
 	Writes uint64 // estimated writes over the window
 	Bytes  uint64 // estimated bytes moved over the window; 0 unless Options.Bytes
 	Flags  uint8
-	// Weight is the largest weight of one sample of the key (the N of "1 in N") since it
-	// entered the ranking: Reads ÷ Weight is about how many samples Reads rests on.
+	// Weight is the largest weight of one sample of the key (the N of "1 in N") offered
+	// over the last one to two windows (while ranked): Reads ÷ Weight is about how many
+	// samples Reads rests on. One sample of a sparser sampler raises it for as long.
 	Weight uint32
 	// TickReads and TickWrites are the estimates for the current tick alone (see
 	// Snapshot.TickSpan): a sharper, noisier view of the key's rate right now.

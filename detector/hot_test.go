@@ -274,3 +274,67 @@ func TestMinSamplesHysteresis(t *testing.T) {
 		t.Errorf("thin (4 samples): changes %v, level %v; want none and 0", changes, levels[0].Level)
 	}
 }
+
+// One sample from a sparser sampler (1 in 100,000, in a fleet that samples 1 in 10)
+// raises a key's weight, and with it the count it needs to turn hot, only for the window
+// or two that follow: the key still turns hot once it is heavy, as a key without that
+// sample does. (Before, the weight stayed as long as the key was ranked, and the key never
+// turned hot.)
+func TestMinSamplesStraySparseSample(t *testing.T) {
+	d, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTracker(DefaultRules())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hotAt := map[string]int{}
+	now, noise := t0, 0
+	d.Advance(now)
+	for tick := range 60 {
+		var items []Item
+		for range 100 { // 100,000/s of background, each key once: every key's share is small
+			noise++
+			items = append(items, Item{Key: fmt.Appendf(nil, "bg:%d", noise), N: 100})
+		}
+		perTick := 8 // 800/s, under the read threshold (1,000/s) and 5 % of the traffic
+		if tick >= 10 {
+			perTick = 30 // 3,000/s
+		}
+		for _, key := range []string{"stray", "control"} {
+			for range perTick {
+				items = append(items, Item{Key: []byte(key), N: 10})
+			}
+		}
+		if tick == 5 {
+			items = append(items, Item{Key: []byte("stray"), N: 100_000})
+		}
+		d.AddBatch(items)
+		now = now.Add(100 * time.Millisecond)
+		d.Advance(now)
+		snap := d.Ranked(now, All, 0)
+		_, changes := tr.Update(&snap)
+		for _, c := range changes {
+			if _, seen := hotAt[c.Key]; c.Hot && !seen {
+				hotAt[c.Key] = tick
+			}
+		}
+	}
+	control, ok := hotAt["control"]
+	if !ok || control < 10 {
+		t.Fatalf("control turned hot at tick %d (%v); want once it jumps, at tick 10 or after", control, ok)
+	}
+	// The stray sample leaves the window (10 ticks) at tick 15; its weight is gone from
+	// the key two windows later at the latest (tick 25), and the key then has 30 samples
+	// a tick.
+	stray, ok := hotAt["stray"]
+	if !ok || stray > 26 {
+		t.Errorf("stray turned hot at tick %d (%v); want by tick 26, two windows after its sparse sample (control: tick %d)", stray, ok, control)
+	}
+	for k, at := range hotAt {
+		if k != "stray" && k != "control" {
+			t.Errorf("%s turned hot at tick %d; want only stray and control", k, at)
+		}
+	}
+}

@@ -26,8 +26,8 @@ type Entry struct {
 	Count uint64 // the estimate last offered or refreshed
 	Flags uint8  // the union of the flags offered with the key since it entered
 	// Weight is the largest weight of one sample (how many requests it stands for)
-	// offered with the key since it entered: Count ÷ Weight is at least about how many
-	// samples the count rests on.
+	// offered with the key in this epoch or the one before (see AgeWeights): Count ÷
+	// Weight is at least about how many samples the count rests on.
 	Weight uint32
 }
 
@@ -36,7 +36,8 @@ type slot struct {
 	hash   uint64
 	count  uint64
 	flags  uint8
-	weight uint32
+	weight uint32 // the largest offered in this epoch (see AgeWeights)
+	prev   uint32 // the largest offered in the epoch before
 	key    []byte
 }
 
@@ -78,8 +79,8 @@ func (t *TopK) Min() uint64 {
 // Offer tells the TopK that the key with hash h and bytes key now has estimate count. A
 // key already held takes the new count (up or down); a new key enters if there is room or
 // its count beats the smallest held, which it replaces. flags are OR-ed into the entry, and
-// the entry keeps the largest weight (requests per sample) offered; 0 when unknown. key is
-// copied only when the key enters.
+// the entry keeps the largest weight (requests per sample) offered in this epoch; 0 when
+// unknown. key is copied only when the key enters.
 func (t *TopK) Offer(h uint64, key []byte, count uint64, flags uint8, weight uint32) {
 	if i := t.index.get(h); i >= 0 {
 		s := &t.heap[i]
@@ -110,7 +111,7 @@ func (t *TopK) Offer(h uint64, key []byte, count uint64, flags uint8, weight uin
 	}
 	root := &t.heap[0]
 	t.index.del(root.hash)
-	root.hash, root.count, root.flags, root.weight = h, count, flags, weight
+	root.hash, root.count, root.flags, root.weight, root.prev = h, count, flags, weight, 0
 	root.key = append(root.key[:0], key...)
 	t.index.put(h, 0)
 	t.down(0)
@@ -150,6 +151,17 @@ func (t *TopK) Refresh(estimate func(h uint64) uint64) {
 	}
 }
 
+// AgeWeights starts a new epoch for the weights: each entry's Weight is from then on the
+// largest offered in the new epoch or the one that just ended. Called once a window, it
+// keeps Weight to the samples of the last one to two windows, so that one sample of a
+// sparser sampler does not hold a key's weight for as long as the key stays held.
+func (t *TopK) AgeWeights() {
+	for i := range t.heap {
+		s := &t.heap[i]
+		s.prev, s.weight = s.weight, 0
+	}
+}
+
 // Reset removes every key.
 func (t *TopK) Reset() { t.Refresh(func(uint64) uint64 { return 0 }) }
 
@@ -157,7 +169,7 @@ func (t *TopK) Reset() { t.Refresh(func(uint64) uint64 { return 0 }) }
 func (t *TopK) AppendEntries(dst []Entry) []Entry {
 	start := len(dst)
 	for _, s := range t.heap {
-		dst = append(dst, Entry{Key: string(s.key), Hash: s.hash, Count: s.count, Flags: s.flags, Weight: s.weight})
+		dst = append(dst, Entry{Key: string(s.key), Hash: s.hash, Count: s.count, Flags: s.flags, Weight: max(s.weight, s.prev)})
 	}
 	SortEntries(dst[start:])
 	return dst

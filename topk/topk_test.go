@@ -149,8 +149,8 @@ func TestOfferAllocs(t *testing.T) {
 	}
 }
 
-// TestWeight: an entry keeps the largest weight offered while it is held, and a key that
-// takes over a slot starts from its own.
+// TestWeight: an entry keeps the largest weight offered in this epoch and the one before,
+// and a key that takes over a slot starts from its own.
 func TestWeight(t *testing.T) {
 	tk, _ := New(Options{K: 1})
 	tk.Offer(1, []byte("a"), 10, 0, 100)
@@ -162,5 +162,27 @@ func TestWeight(t *testing.T) {
 	tk.Offer(2, []byte("b"), 50, 0, 7) // takes a's slot
 	if e := tk.AppendEntries(nil); e[0].Key != "b" || e[0].Weight != 7 {
 		t.Errorf("entry %+v; want b with weight 7", e[0])
+	}
+
+	tk, _ = New(Options{K: 1})
+	tk.Offer(1, []byte("a"), 10, 0, 10_000)
+	tk.AgeWeights()
+	tk.Offer(1, []byte("a"), 11, 0, 10)
+	if e := tk.AppendEntries(nil); e[0].Weight != 10_000 {
+		t.Errorf("a's weight %d one epoch on; want the epoch before's, 10000", e[0].Weight)
+	}
+	tk.AgeWeights()
+	if e := tk.AppendEntries(nil); e[0].Weight != 10 {
+		t.Errorf("a's weight %d two epochs on; want the last epoch's, 10", e[0].Weight)
+	}
+	tk.AgeWeights()
+	if e := tk.AppendEntries(nil); e[0].Weight != 0 {
+		t.Errorf("a's weight %d after two epochs without samples; want 0 (unknown)", e[0].Weight)
+	}
+	tk.Offer(1, []byte("a"), 12, 0, 10_000)
+	tk.AgeWeights()
+	tk.Offer(2, []byte("b"), 50, 0, 7) // takes a's slot: none of a's weight carries over
+	if e := tk.AppendEntries(nil); e[0].Key != "b" || e[0].Weight != 7 {
+		t.Errorf("entry %+v after an epoch; want b with weight 7", e[0])
 	}
 }
