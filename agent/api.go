@@ -306,7 +306,9 @@ func (a *Agent) topk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := a.view.Load()
-	snap := a.det.Snapshot(a.now(), ranking, n)
+	// At most K: each shard ranks its own K keys, and past the K-th of all their union
+	// can lack keys heavier than some it holds.
+	snap := a.det.Snapshot(a.now(), ranking, min(n, a.opts.Detector.K))
 	total := snap.Rate(snap.Reads + snap.Writes)
 	out := TopK{
 		At:            snap.At.UTC(),
@@ -412,15 +414,16 @@ func (a *Agent) key(w http.ResponseWriter, r *http.Request) {
 		k.Flags |= FlagTruncated
 	}
 	j := a.keyReply(v, k, snap.Rate(reads), snap.Rate(writes), snap.Rate(snap.Reads+snap.Writes))
-	j.History = v.history[key]
-	if j.History == nil {
-		j.History = []Point{}
+	history := v.history[key]
+	if history == nil {
+		history = []Point{} // always in this answer, [] for a key with none
 	}
 	writeJSON(w, http.StatusOK, struct {
 		At            time.Time `json:"at"`
 		WindowSeconds float64   `json:"window_seconds"`
 		Key
-	}{now.UTC(), snap.Covered.Seconds(), j})
+		History []Point `json:"history"` // over Key's, which /v1/topk leaves out
+	}{now.UTC(), snap.Covered.Seconds(), j, history})
 }
 
 // decodeB64 decodes the key_b64 parameter: standard base64, as the API writes it; also

@@ -7,11 +7,13 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/hotkeyd/hotkeyd/detector"
 	"github.com/hotkeyd/hotkeyd/sampler"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -276,6 +278,56 @@ func TestMetricsNoControlBytes(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestMetricsKeysDoNotShareALabel: a binary key and a text key that reads like its
+// escaped form (a backslash, then xff) each get series of their own: labelValue writes a
+// backslash as \\.
+func TestMetricsKeysDoNotShareALabel(t *testing.T) {
+	a, c, h := newTestAgent(t, Options{})
+	a.Accept(sampler.Batch{Source: "t", Rate: 1, Samples: []sampler.Sample{ // both hot
+		{Key: []byte("bin:\xff"), Op: sampler.OpRead, Count: 5000},
+		{Key: []byte(`bin:\xff`), Op: sampler.OpRead, Count: 4000},
+	}})
+	c.add(time.Second / 2)
+	a.evaluate()
+	body := do(t, h, "GET", "/metrics", "").Body.String()
+	// The exposition escapes each backslash of a label value once more.
+	for _, want := range []string{`hotkeyd_key_hot{key="bin:\\xff"} 1`, `hotkeyd_key_hot{key="bin:\\\\xff"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(body, "hotkeyd_key_hot"))
+		}
+	}
+}
+
+// TestTopKBeyondK: /v1/topk answers at most detector.topk keys, the heaviest, however
+// large n is (each shard ranks its own K, and past the K-th their union skips keys); and
+// /v1/keys/{key} for a key out of the ranking still has its history, empty.
+func TestTopKBeyondK(t *testing.T) {
+	a, c, h := newTestAgent(t, Options{Detector: detector.Options{K: 3}})
+	var samples []sampler.Sample
+	for i := range 40 { // k0 heaviest: 4,000, 3,900, … requests
+		samples = append(samples, sampler.Sample{Key: fmt.Appendf(nil, "k%d", i), Op: sampler.OpRead, Count: uint32(4000 - 100*i)})
+	}
+	a.Accept(sampler.Batch{Source: "t", Rate: 1, Samples: samples})
+	c.add(time.Second / 2)
+	a.evaluate()
+	reply := decode[TopK](t, do(t, h, "GET", "/v1/topk?n=40", ""))
+	var got []string
+	for _, k := range reply.Keys {
+		got = append(got, k.Key)
+	}
+	if want := []string{"k0", "k1", "k2"}; !slices.Equal(got, want) {
+		t.Errorf("/v1/topk?n=40 with detector.topk 3: keys %v; want %v", got, want)
+	}
+	w := do(t, h, "GET", "/v1/keys/k30", "")
+	var fields map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &fields); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("/v1/keys/k30: %d %s (%v)", w.Code, w.Body.String(), err)
+	}
+	if h, ok := fields["history"].([]any); !ok || len(h) != 0 {
+		t.Errorf("/v1/keys/k30 (not ranked): history %#v; want []", fields["history"])
 	}
 }
 

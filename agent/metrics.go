@@ -229,7 +229,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		k := labelValue(m.a.display(l.Key.Key))
-		if seen[k] { // two keys that differ only in bytes labelValue escapes alike
+		if seen[k] { // two keys shown alike: short hashes that collide (metrics.hash_keys)
 			continue
 		}
 		seen[k] = true
@@ -265,12 +265,12 @@ func (m *metrics) exported(v *view, l detector.Level) bool {
 // bytes (binary keys, or keys cut inside a character at limits.max_key_bytes), so each
 // byte that is not part of valid UTF-8 is written as \xNN; so is each byte of a control
 // character (C0, DEL, C1: NUL, tab and the like), which would otherwise reach the
-// exposition raw. A key holding the text \xNN itself may share its series with one so
-// escaped; Collect keeps the first.
+// exposition raw. A backslash is written as \\, so that no two keys share a label: the
+// binary key "bin:" 0xff and the text key bin:\xff are bin:\xff and bin:\\xff.
 func labelValue(key string) string {
 	clean := true
 	for _, r := range key {
-		if r == utf8.RuneError || unicode.IsControl(r) {
+		if r == utf8.RuneError || r == '\\' || unicode.IsControl(r) {
 			clean = false
 			break
 		}
@@ -281,11 +281,14 @@ func labelValue(key string) string {
 	var b strings.Builder
 	for i := 0; i < len(key); {
 		r, size := utf8.DecodeRuneInString(key[i:])
-		if (r == utf8.RuneError && size == 1) || unicode.IsControl(r) {
+		switch {
+		case (r == utf8.RuneError && size == 1) || unicode.IsControl(r):
 			for _, c := range []byte(key[i : i+size]) {
 				fmt.Fprintf(&b, "\\x%02x", c)
 			}
-		} else {
+		case r == '\\':
+			b.WriteString(`\\`)
+		default:
 			b.WriteString(key[i : i+size])
 		}
 		i += size
