@@ -320,10 +320,10 @@ func (d *jsonDecoder) token(at string) (json.Token, error) {
 	return nil, fmt.Errorf("%s: invalid JSON: %v", at, err)
 }
 
-// value reads the value of the field at, which must not be null. A string must be valid
-// UTF-8 as sent, with no half of a surrogate pair escaped alone: encoding/json would turn
-// each bad byte, and each such escape, into U+FFFD, so that different binary keys would
-// be counted as one.
+// value reads the value of the field at; null comes back as a nil token, which each
+// field's check refuses with what it allows. A string must be valid UTF-8 as sent, with
+// no half of a surrogate pair escaped alone: encoding/json would turn each bad byte, and
+// each such escape, into U+FFFD, so that different binary keys would be counted as one.
 func (d *jsonDecoder) value(at string) (json.Token, error) {
 	start := d.dec.InputOffset()
 	tok, err := d.token(at)
@@ -337,17 +337,18 @@ func (d *jsonDecoder) value(at string) (json.Token, error) {
 			return nil, fmt.Errorf("%s: invalid JSON at byte %d: %q after a value (a number with a leading zero?)", at, i, d.body[i])
 		}
 	}
-	if tok == nil {
-		return nil, fmt.Errorf("%s: null is not allowed; leave the field out for its default", at)
-	}
 	if _, ok := tok.(string); ok {
+		hint := ""
+		if strings.HasSuffix(at, ".key") {
+			hint = " (send a binary key as key_b64)"
+		}
 		raw := d.body[start:d.dec.InputOffset()]
 		if !utf8.Valid(raw) {
-			return nil, fmt.Errorf("%s: the string is not valid UTF-8; JSON text must be UTF-8 (send a binary key as key_b64)", at)
+			return nil, fmt.Errorf("%s: the string is not valid UTF-8; JSON text must be UTF-8%s", at, hint)
 		}
 		if i := jsontext.LoneSurrogate(raw); i >= 0 {
 			// encoding/json would read it as U+FFFD, as it does a bad byte.
-			return nil, fmt.Errorf("%s: %w (send a binary key as key_b64)", at, jsontext.LoneSurrogateError(d.body, int(start)+i))
+			return nil, fmt.Errorf("%s: %w%s", at, jsontext.LoneSurrogateError(d.body, int(start)+i), hint)
 		}
 	}
 	return tok, nil

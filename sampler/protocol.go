@@ -257,7 +257,11 @@ func DecodeReport(b *Batch, data []byte) (token []byte, err error) {
 	}
 	if len(p) != 0 {
 		b.Samples = b.Samples[:0]
-		return nil, fmt.Errorf("report: %s bytes after sample %d: the sample count says %d samples", group(len(p)), count-1, count)
+		after := fmt.Sprintf("sample %d", count-1)
+		if count == 0 {
+			after = "the sample count"
+		}
+		return nil, fmt.Errorf("report: %s bytes after %s: the sample count says %d samples", group(len(p)), after, count)
 	}
 	return token, nil
 }

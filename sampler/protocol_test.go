@@ -163,6 +163,7 @@ func TestDecodeReportErrors(t *testing.T) {
 		{"key length", bigKey, "report: sample 0: key length 70000 exceeds the 1,400 bytes left in the datagram"},
 		{"second sample", withCount(2, 0x01, 0, 0, 1, 'k', 0x02, 0, 0, 5, 'x', 'y'), "report: sample 1: key length 5 exceeds the 2 bytes left in the datagram"},
 		{"trailing", withCount(1, 0x01, 0, 0, 1, 'k', 'z'), "report: 1 bytes after sample 0: the sample count says 1 samples"},
+		{"trailing, no samples", withCount(0, 'z'), "report: 1 bytes after the sample count: the sample count says 0 samples"},
 		{"too big", make([]byte, MaxReportSize+1), "report: 65,508 bytes: must be at most 65,507"},
 	}
 	for _, tt := range tests {
