@@ -143,11 +143,12 @@ func TestBadRequests(t *testing.T) {
 func TestAuth(t *testing.T) {
 	_, _, h := newTestAgent(t, Options{AuthToken: "s3cret"})
 	body := `{"source":"a","samples":[{"key":"k","op":"read"}]}`
-	if w := do(t, h, "POST", "/v1/samples", body); w.Code != http.StatusUnauthorized {
-		t.Errorf("no token: %d; want 401", w.Code)
+	// Each 401 says which of the two is wrong: no bearer token, or not the agent's.
+	if w := do(t, h, "POST", "/v1/samples", body); w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "needs the header") {
+		t.Errorf("no token: %d %s; want 401 naming the header", w.Code, w.Body)
 	}
-	if w := do(t, h, "POST", "/v1/samples", body, "Authorization", "Bearer wrong"); w.Code != http.StatusUnauthorized {
-		t.Errorf("wrong token: %d; want 401", w.Code)
+	if w := do(t, h, "POST", "/v1/samples", body, "Authorization", "Bearer wrong"); w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "is not the agent's auth.token") {
+		t.Errorf("wrong token: %d %s; want 401 saying the token does not match", w.Code, w.Body)
 	}
 	if w := do(t, h, "POST", "/v1/samples", body, "Authorization", "Bearer s3cret"); w.Code != http.StatusAccepted {
 		t.Errorf("right token: %d; want 202", w.Code)

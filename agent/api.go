@@ -4,7 +4,9 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -209,7 +211,11 @@ func (a *Agent) mutating(endpoint string, h http.Handler) http.Handler {
 			token, ok := bearer(r.Header.Get("Authorization"))
 			if subtle.ConstantTimeCompare([]byte(token), want) != 1 || !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="hotkeyd"`)
-				refuse(w, http.StatusUnauthorized, "authorization: this endpoint needs the header \"Authorization: Bearer TOKEN\" with the agent's auth.token")
+				msg := "authorization: this endpoint needs the header \"Authorization: Bearer TOKEN\" with the agent's auth.token"
+				if ok {
+					msg = "authorization: the bearer token is not the agent's auth.token"
+				}
+				refuse(w, http.StatusUnauthorized, msg)
 				return
 			}
 		}
@@ -520,4 +526,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // function POST /v1/samples answers with too: one format for every error.
 func writeError(w http.ResponseWriter, status int, msg string) {
 	sampler.WriteJSONError(w, status, msg)
+}
+
+// readBody reads r's body, of at most limit bytes. Past the limit it answers 413, naming
+// the limit and what the body holds (what: "an event"); on another read error, 400. False
+// when it answered.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, what string) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: over %d bytes; %s is a small JSON document", limit, what))
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("body: reading it: %v", err))
+		return nil, false
+	}
+	return body, true
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/hotkeyd/hotkeyd/nodeload"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -380,6 +379,9 @@ type overrideRequest struct {
 	Mode   string `json:"mode,omitempty"`
 }
 
+// maxOverrideBytes bounds the body of POST /v1/plan/overrides: a key and three short words.
+const maxOverrideBytes = 64 << 10
+
 // overrides answers GET and POST /v1/plan/overrides and DELETE /v1/plan/overrides/{key}.
 func (a *Agent) overrides(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
@@ -387,12 +389,16 @@ func (a *Agent) overrides(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"overrides": a.planner.Overrides()})
 	case http.MethodPost:
 		var req overrideRequest
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
-		if err == nil && !utf8.Valid(body) {
+		body, ok := readBody(w, r, maxOverrideBytes, "an override")
+		if !ok {
+			return
+		}
+		var err error
+		if !utf8.Valid(body) {
 			// encoding/json would read each bad byte as U+FFFD: the override would name
 			// another key.
 			err = errors.New("not valid UTF-8: JSON cannot name a key that is not, and the override would apply to another key")
-		} else if err == nil {
+		} else {
 			// Nor can it name a key holding half a surrogate pair: encoding/json reads the
 			// escape as U+FFFD too.
 			if at := jsontext.LoneSurrogate(body); at >= 0 {

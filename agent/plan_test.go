@@ -132,6 +132,10 @@ func TestOverridesAPI(t *testing.T) {
 	if w := do(t, h, "POST", "/v1/plan/overrides", body, auth...); w.Code != http.StatusCreated {
 		t.Fatalf("POST pin: %d %s; want 201", w.Code, w.Body)
 	}
+	big := `{"key":"` + strings.Repeat("x", maxOverrideBytes) + `","kind":"l1","action":"pin"}`
+	if w := do(t, h, "POST", "/v1/plan/overrides", big, auth...); w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "over 65536 bytes") {
+		t.Errorf("POST of %d bytes: %d %s; want 413 naming the limit", len(big), w.Code, w.Body)
+	}
 	tests := []struct{ body, err string }{
 		{`{"key":"","kind":"l1","action":"pin"}`, "key: empty"},
 		{`{"key":"k","kind":"magic","action":"pin"}`, `kind: "magic"`},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -340,14 +339,8 @@ func (a *Agent) hideKeys(r *registry.Report) {
 }
 
 func (a *Agent) decodeEvent(w http.ResponseWriter, r *http.Request) (registry.Event, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxEventBytes))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: over %d bytes; an event is a small JSON document", maxEventBytes))
-		return registry.Event{}, false
-	case err != nil:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("body: reading it: %v", err))
+	body, ok := readBody(w, r, maxEventBytes, "an event")
+	if !ok {
 		return registry.Event{}, false
 	}
 	e, err := registry.DecodeEvent(body)

@@ -29,8 +29,9 @@ type Config struct {
 type HTTP struct {
 	// Listen is the TCP address of the HTTP API, host:port. Default "127.0.0.1:9736".
 	Listen string `yaml:"listen"`
-	// MaxBodyBytes caps the size of a request body, POST /v1/samples above all.
-	// Default 1048576 (1 MiB); allowed 1024..1073741824.
+	// MaxBodyBytes caps the size of a body of POST /v1/samples; registry events (1 MiB)
+	// and plan overrides (64 KiB) have fixed limits of their own. Default 1048576
+	// (1 MiB); allowed 1024..1073741824.
 	MaxBodyBytes int `yaml:"max_body_bytes"`
 }
 
