@@ -165,23 +165,7 @@ func TestMinSamples(t *testing.T) {
 		t.Helper()
 		rules := DefaultRules()
 		rules.MinSamples = minSamples
-		d, err := New(Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := NewTracker(rules)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hot := map[string]bool{}
-		now, noise := t0, 0
-		d.Advance(now)
-		for tick := range 50 {
-			var items []Item
-			for range bgPerTick {
-				noise++
-				items = append(items, Item{Key: fmt.Appendf(nil, "bg:%d", noise), N: 100})
-			}
+		hotAt := runTicks(t, rules, 50, bgPerTick, func(tick int) (items []Item) {
 			for _, s := range sources {
 				n := s.perTick
 				if s.oneEvery > 0 && tick%s.oneEvery == 0 {
@@ -191,16 +175,11 @@ func TestMinSamples(t *testing.T) {
 					items = append(items, Item{Key: []byte(s.key), N: s.every})
 				}
 			}
-			d.AddBatch(items)
-			now = now.Add(100 * time.Millisecond)
-			d.Advance(now)
-			snap := d.Ranked(now, All, 0)
-			_, changes := tr.Update(&snap)
-			for _, c := range changes {
-				if c.Hot {
-					hot[c.Key] = true
-				}
-			}
+			return items
+		})
+		hot := map[string]bool{}
+		for k := range hotAt {
+			hot[k] = true
 		}
 		return hot
 	}
@@ -281,23 +260,7 @@ func TestMinSamplesHysteresis(t *testing.T) {
 // sample does. (Before, the weight stayed as long as the key was ranked, and the key never
 // turned hot.)
 func TestMinSamplesStraySparseSample(t *testing.T) {
-	d, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := NewTracker(DefaultRules())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hotAt := map[string]int{}
-	now, noise := t0, 0
-	d.Advance(now)
-	for tick := range 60 {
-		var items []Item
-		for range 100 { // 100,000/s of background, each key once: every key's share is small
-			noise++
-			items = append(items, Item{Key: fmt.Appendf(nil, "bg:%d", noise), N: 100})
-		}
+	hotAt := runTicks(t, DefaultRules(), 60, 100, func(tick int) (items []Item) {
 		perTick := 8 // 800/s, under the read threshold (1,000/s) and 5 % of the traffic
 		if tick >= 10 {
 			perTick = 30 // 3,000/s
@@ -310,17 +273,8 @@ func TestMinSamplesStraySparseSample(t *testing.T) {
 		if tick == 5 {
 			items = append(items, Item{Key: []byte("stray"), N: 100_000})
 		}
-		d.AddBatch(items)
-		now = now.Add(100 * time.Millisecond)
-		d.Advance(now)
-		snap := d.Ranked(now, All, 0)
-		_, changes := tr.Update(&snap)
-		for _, c := range changes {
-			if _, seen := hotAt[c.Key]; c.Hot && !seen {
-				hotAt[c.Key] = tick
-			}
-		}
-	}
+		return items
+	})
 	control, ok := hotAt["control"]
 	if !ok || control < 10 {
 		t.Fatalf("control turned hot at tick %d (%v); want once it jumps, at tick 10 or after", control, ok)
@@ -337,4 +291,41 @@ func TestMinSamplesStraySparseSample(t *testing.T) {
 			t.Errorf("%s turned hot at tick %d; want only stray and control", k, at)
 		}
 	}
+}
+
+// runTicks runs ticks of 100 ms through a detector and a tracker with rules. Each tick
+// holds bgPerTick background samples of 1 in 100, each of a key of its own (100 of them
+// make 100,000 requests/s, so that no key is hot by share alone), and the items of
+// more(tick). It returns the tick at which each key first turned hot.
+func runTicks(t *testing.T, rules Rules, ticks, bgPerTick int, more func(tick int) []Item) map[string]int {
+	t.Helper()
+	d, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTracker(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hotAt := map[string]int{}
+	now, noise := t0, 0
+	d.Advance(now)
+	for tick := range ticks {
+		var items []Item
+		for range bgPerTick {
+			noise++
+			items = append(items, Item{Key: fmt.Appendf(nil, "bg:%d", noise), N: 100})
+		}
+		d.AddBatch(append(items, more(tick)...))
+		now = now.Add(100 * time.Millisecond)
+		d.Advance(now)
+		snap := d.Ranked(now, All, 0)
+		_, changes := tr.Update(&snap)
+		for _, c := range changes {
+			if _, seen := hotAt[c.Key]; c.Hot && !seen {
+				hotAt[c.Key] = tick
+			}
+		}
+	}
+	return hotAt
 }
