@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -76,8 +77,6 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return nil
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	// A hang-up (the terminal closed) ends the view as q does.
 	ctx, stopHangup := signal.NotifyContext(ctx, syscall.SIGHUP)
 	defer stopHangup()
@@ -86,7 +85,24 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			defer restore()
 		}
 	}
-	go func() { // q quits; Ctrl-C arrives as a signal
+	v := &topView{client: client, url: u.String(), addr: *addr, interval: *interval}
+	return v.run(ctx, stdin, stdout)
+}
+
+// topView is the live view of top, apart from its flags and the terminal's modes.
+type topView struct {
+	client   *http.Client
+	url      string        // of GET /v1/topk, with n and op
+	addr     string        // the agent's base URL, --addr
+	interval time.Duration // between refreshes
+}
+
+// run shows the view on stdout, refreshed every interval, until ctx ends or q or Ctrl-C
+// comes on stdin.
+func (v *topView) run(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // q quits; Ctrl-C arrives as a signal, or as itself in raw mode
 		b := make([]byte, 1)
 		for {
 			if _, err := stdin.Read(b); err != nil {
@@ -99,26 +115,58 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	}()
 	out, _ := stdout.(*os.File)
-	t := time.NewTicker(*interval)
+	t := time.NewTicker(v.interval)
 	defer t.Stop()
-	var frame bytes.Buffer
-	for first := true; ; first = false {
-		reply, err := fetchTop(ctx, client, u.String())
-		var nodes *agent.Nodes
-		if err == nil {
-			nodes = fetchNodes(ctx, client, *addr)
-		}
-		if ctx.Err() != nil {
-			fmt.Fprintln(stdout)
-			return nil // q, Ctrl-C, SIGTERM or SIGHUP during the request: not an error to show
-		}
+	type answer struct {
+		reply *agent.TopK
+		nodes *agent.Nodes
+		err   error
+		at    time.Time // when it came
+	}
+	var (
+		last  answer // shown last; none yet when both reply and err are nil
+		frame bytes.Buffer
+		drawn bool
+	)
+	draw := func(a answer, waited time.Duration) {
 		frame.Reset()
 		cols, rows, tty := 0, 0, false
 		if out != nil {
 			cols, rows, tty = termSize(out)
 		}
-		writeFrame(&frame, reply, nodes, err, *addr, *interval, time.Now(), cols, rows, tty, first)
+		writeFrameWaiting(&frame, a.reply, a.nodes, a.err, v.addr, v.interval, a.at, cols, rows, tty, !drawn, waited)
 		_, _ = stdout.Write(frame.Bytes())
+		drawn = true
+	}
+	for {
+		asked := time.Now()
+		answers := make(chan answer, 1)
+		go func() {
+			reply, err := fetchTop(ctx, v.client, v.url)
+			var nodes *agent.Nodes
+			if err == nil {
+				nodes = fetchNodes(ctx, v.client, v.addr)
+			}
+			answers <- answer{reply: reply, nodes: nodes, err: err, at: time.Now()}
+		}()
+	wait:
+		for {
+			select {
+			case last = <-answers:
+				break wait
+			case <-t.C: // a refresh interval and no answer: say that the frame shown is stale
+				draw(last, time.Since(asked))
+			case <-ctx.Done():
+				<-answers // the request ends with ctx
+				fmt.Fprintln(stdout)
+				return nil // q, Ctrl-C, SIGTERM or SIGHUP during the request: not an error to show
+			}
+		}
+		if ctx.Err() != nil {
+			fmt.Fprintln(stdout)
+			return nil
+		}
+		draw(last, 0)
 		select {
 		case <-ctx.Done():
 			fmt.Fprintln(stdout)
@@ -129,42 +177,79 @@ func top(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 // writeFrame writes one frame of the live view to frame: reply's keys, or err when the
-// request failed. On a terminal (tty) of cols×rows cells (0: unknown) it first clears the
-// screen, and the frame fits: no line is wider than cols, and there are at most rows
-// lines, the last without its line end, so that the terminal never scrolls the header
-// away. Elsewhere frames follow one another, after a blank line but the first.
+// request failed, its cause wrapped over lines rather than cut. On a terminal (tty) of
+// cols×rows cells (0: unknown) it first clears the screen, and the frame fits: no line is
+// wider than cols, and there are at most rows lines, the last without its line end, so
+// that the terminal never scrolls the header away. Elsewhere frames follow one another,
+// after a blank line but the first.
 func writeFrame(frame *bytes.Buffer, reply *agent.TopK, nodes *agent.Nodes, err error, addr string, interval time.Duration, now time.Time, cols, rows int, tty, first bool) {
+	writeFrameWaiting(frame, reply, nodes, err, addr, interval, now, cols, rows, tty, first, 0)
+}
+
+// writeFrameWaiting is writeFrame for a frame made stale by the request after it, which
+// has gone unanswered for waited (0: none has, and it is writeFrame). On a terminal the
+// frame is shown again with a line under its header that says so (with no answer before,
+// the header and that line); elsewhere that line alone follows the frame it makes stale.
+func writeFrameWaiting(frame *bytes.Buffer, reply *agent.TopK, nodes *agent.Nodes, err error, addr string, interval time.Duration, now time.Time, cols, rows int, tty, first bool, waited time.Duration) {
 	switch {
 	case tty:
 		frame.WriteString("\x1b[H\x1b[2J") // home, clear
 	case !first:
 		frame.WriteString("\n") // plain frames one after another, for a file or a pager
 	}
-	if tty && rows > 0 && rows-5-nodeLines(nodes) < minKeyRows {
+	var waiting string
+	room := rows // the lines the frame's own text may take
+	if waited > 0 {
+		waiting = fmt.Sprintf("waiting for the agent: no answer for %v\n", waited.Round(time.Second))
+		if !tty {
+			frame.WriteString(waiting)
+			return
+		}
+		if rows > 1 {
+			room--
+		}
+	}
+	if tty && room > 0 && room-5-nodeLines(nodes, now, cols) < minKeyRows {
 		// A short terminal shows keys; of the primaries, only those in trouble, if they fit.
 		nodes = troubled(nodes)
-		if rows-5-nodeLines(nodes) < minKeyRows-2 {
+		if room-5-nodeLines(nodes, now, cols) < minKeyRows-2 {
 			nodes = nil
 		}
 	}
 	var text bytes.Buffer
-	switch keys := rows - 5 - nodeLines(nodes); {
+	switch keys := room - 5 - nodeLines(nodes, now, cols); {
 	case err != nil:
-		fmt.Fprintf(&text, "hotkeyd top — %s\n\n%s\n\nretrying every %v; q to quit\n", addr, escapeControls(err.Error()), interval)
+		fmt.Fprintf(&text, "hotkeyd top — %s\n\n", addr)
+		most := 0 // lines of the cause, with a header, a blank line before and after, and retrying
+		if tty && room > 0 {
+			most = max(room-4, 1)
+		}
+		for _, line := range wrapCells(escapeControls(errorCause(err)), cols, 0, most) {
+			text.WriteString(line + "\n")
+		}
+		fmt.Fprintf(&text, "\nretrying every %v; q to quit\n", interval)
+	case reply == nil: // waiting for the first answer
+		fmt.Fprintf(&text, "hotkeyd top — %s\n", addr)
 	case tty && keys >= 1 && len(reply.Keys) > keys:
-		// Show as many keys as fit, and say how many do not.
-		hidden := len(reply.Keys) - (keys - 1)
-		reply.Keys = reply.Keys[:keys-1]
-		renderTop(&text, reply, nodes, addr, now, cols, true)
-		fmt.Fprintf(&text, "(%d more below; a taller terminal shows them)\n", hidden)
+		// Show as many keys as fit, at least one, and say how many do not: on the last
+		// row when only one key fits, else on the row under the keys.
+		shown := max(keys-1, 1)
+		r := *reply
+		r.Keys = r.Keys[:shown]
+		renderTop(&text, &r, nodes, addr, now, cols, true)
+		fmt.Fprintf(&text, "(%d more below; a taller terminal shows them)\n", len(reply.Keys)-shown)
 	default:
 		renderTop(&text, reply, nodes, addr, now, cols, true)
 	}
+	rest := text.String()
+	if waiting != "" {
+		header, after, _ := strings.Cut(rest, "\n")
+		rest = header + "\n" + waiting + after
+	}
 	if !tty {
-		frame.Write(text.Bytes())
+		frame.WriteString(rest)
 		return
 	}
-	rest := text.String()
 	for i := 0; rest != ""; i++ {
 		line, after, nl := strings.Cut(rest, "\n")
 		frame.WriteString(truncateCells(line, cols))
@@ -174,6 +259,88 @@ func writeFrame(frame *bytes.Buffer, reply *agent.TopK, nodes *agent.Nodes, err 
 		frame.WriteByte('\n')
 		rest = after
 	}
+}
+
+// errorCause is err as a frame shows it, under a header that names the agent: for a
+// request that failed, what went wrong, without the URL.
+func errorCause(err error) string {
+	if e, ok := errors.AsType[*agentError](err); ok {
+		return e.cause
+	}
+	return err.Error()
+}
+
+// wrapCells breaks s into lines of at most n terminal cells (n <= 0: no limit): at its
+// newlines, and at spaces where it can, else between characters. Lines after the first
+// start with indent spaces, when that leaves room. With most > 0 it returns that many
+// lines at most, the last ending in "..." when text is left out.
+func wrapCells(s string, n, indent, most int) []string {
+	if n <= 0 {
+		return strings.Split(s, "\n")
+	}
+	if n-indent < 10 {
+		indent = 0
+	}
+	var (
+		lines []string
+		line  strings.Builder
+		w     int  // cells in line
+		empty bool // line holds its indent at most
+	)
+	newLine := func() {
+		line.Reset()
+		w, empty = 0, true
+		if len(lines) > 0 {
+			line.WriteString(strings.Repeat(" ", indent))
+			w = indent
+		}
+	}
+	flush := func() {
+		lines = append(lines, line.String())
+		newLine()
+	}
+	newLine()
+	for i, para := range strings.Split(s, "\n") {
+		if i > 0 {
+			flush()
+		}
+		for j, word := range strings.Split(para, " ") {
+			if j > 0 {
+				if w+1+cells(word) > n && !empty {
+					flush()
+				} else {
+					line.WriteByte(' ')
+					w++
+				}
+			}
+			for w+cells(word) > n { // longer than a line: cut between characters
+				k, kw := 0, 0
+				for _, r := range word {
+					if w+kw+runeCells(r) > n && (k > 0 || !empty) {
+						break
+					}
+					k += utf8.RuneLen(r)
+					kw += runeCells(r)
+				}
+				line.WriteString(word[:k])
+				word = word[k:]
+				flush()
+			}
+			line.WriteString(word)
+			w += cells(word)
+			empty = empty && word == ""
+		}
+	}
+	lines = append(lines, line.String())
+	if most > 0 && len(lines) > most {
+		last := lines[most-1]
+		for last != "" && cells(last) > n-3 {
+			_, size := utf8.DecodeLastRuneInString(last)
+			last = last[:len(last)-size]
+		}
+		lines = append(lines[:most-1], last+"...")
+	}
+	return lines
 }
 
 // agentURL returns the URL of path (such as "/v1/topk") at the agent whose base URL is
@@ -200,7 +367,11 @@ func fetchJSON[T any](ctx context.Context, c *http.Client, u string) (*T, error)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("agent unreachable: %w", err)
+		cause := err
+		if e, ok := errors.AsType[*url.Error](err); ok {
+			cause = e.Err // such as "dial tcp 127.0.0.1:9736: connect: connection refused"
+		}
+		return nil, &agentError{msg: "agent unreachable: " + err.Error(), cause: "agent unreachable: " + cause.Error(), err: err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -212,14 +383,26 @@ func fetchJSON[T any](ctx context.Context, c *http.Client, u string) (*T, error)
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
 			msg = e.Error
 		}
-		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, escapeControls(msg)) // any server's reply: no escape sequence reaches the terminal
+		cause := resp.Status + ": " + escapeControls(msg) // any server's reply: no escape sequence reaches the terminal
+		return nil, &agentError{msg: "GET " + u + ": " + cause, cause: cause}
 	}
 	var r T
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return nil, fmt.Errorf("GET %s: bad reply: %w", u, err)
+		return nil, &agentError{msg: fmt.Sprintf("GET %s: bad reply: %v", u, err), cause: "bad reply: " + err.Error(), err: err}
 	}
 	return &r, nil
 }
+
+// agentError is a request to the agent that failed. Its message names the URL, for top
+// --once, where nothing else does; cause leaves the URL out, for a frame whose header
+// names the agent.
+type agentError struct {
+	msg, cause string
+	err        error // what failed underneath, or nil
+}
+
+func (e *agentError) Error() string { return e.msg }
+func (e *agentError) Unwrap() error { return e.err }
 
 // topNarrow is the width below which top drops the read, write and since columns.
 const topNarrow = 80
@@ -239,8 +422,8 @@ func renderTop(w io.Writer, r *agent.TopK, nodes *agent.Nodes, addr string, now 
 	} else {
 		fmt.Fprintf(&buf, "traffic %s/s over %.1fs · %d distinct keys · %d hot\n\n", human(r.TotalRate), r.WindowSeconds, r.DistinctKeys, r.HotKeys)
 	}
-	if nodeLines(nodes) > 0 {
-		renderNodes(&buf, nodes, now, narrow)
+	if nodes != nil && len(nodes.Nodes) > 0 {
+		renderNodes(&buf, nodes, now, cols)
 	}
 	// Numbers are right-aligned cells; the key is the text after the last cell, so that
 	// it starts in the same column whatever its length.
@@ -337,21 +520,15 @@ func fetchNodes(ctx context.Context, c *http.Client, addr string) *agent.Nodes {
 	return n
 }
 
-// nodeLines is the number of lines the primaries table takes in a frame (its head, a
-// line per primary shown, one counting the rest, one for the unplaced load, a blank
-// line), 0 without primaries.
-func nodeLines(n *agent.Nodes) int {
+// nodeLines is the number of lines the primaries table takes in a frame cols cells wide
+// (0: no limit), as renderNodes writes it; 0 without primaries.
+func nodeLines(n *agent.Nodes, now time.Time, cols int) int {
 	if n == nil || len(n.Nodes) == 0 {
 		return 0
 	}
-	lines := 2 + min(len(n.Nodes), topNodes)
-	if len(n.Nodes) > topNodes {
-		lines++
-	}
-	if n.UnplacedRate > 0 {
-		lines++
-	}
-	return lines
+	var b bytes.Buffer
+	renderNodes(&b, n, now, cols)
+	return bytes.Count(b.Bytes(), []byte("\n"))
 }
 
 // byLoad orders primaries for the table: those whose INFO fails first (down or wedged),
@@ -383,11 +560,16 @@ func byLoad(a, b agent.Node) int {
 
 // renderNodes writes the primaries table, busiest first (byLoad): each primary's share of
 // the top-k load, and its own commands per second and command-thread CPU from INFO, or
-// since when its INFO fails. Narrow, the commands column goes.
-func renderNodes(w io.Writer, n *agent.Nodes, now time.Time, narrow bool) {
+// since when and why its INFO fails. On a terminal cols cells wide (0: no limit) a note
+// that does not fit goes on over the next lines; narrow, the commands column goes.
+func renderNodes(w io.Writer, n *agent.Nodes, now time.Time, cols int) {
+	narrow := cols > 0 && cols < topNarrow
 	nodes := slices.Clone(n.Nodes)
 	slices.SortStableFunc(nodes, byLoad)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
+	notes := []string{""} // by line of the table: the text after its cells
+
 	if narrow {
 		fmt.Fprintln(tw, "PRIMARY\tTOP-K\tCPU\t")
 	} else {
@@ -409,6 +591,7 @@ func renderNodes(w io.Writer, n *agent.Nodes, now time.Time, narrow bool) {
 			if section, rest, ok := strings.Cut(reason, ": "); ok && strings.HasPrefix(section, "INFO ") {
 				reason = rest
 			}
+			reason = strings.TrimPrefix(reason, "dial tcp "+node.Primary+": ") // the row names it
 			note = fmt.Sprintf("  INFO failing for %s: %s", now.Sub(node.RedisError.Since).Round(time.Second), escapeControls(reason))
 		case node.Redis != nil:
 			cmds, cpu = human(node.Redis.CommandsPerSecond), fmt.Sprintf("%.2f", node.Redis.CPU)
@@ -417,10 +600,11 @@ func renderNodes(w io.Writer, n *agent.Nodes, now time.Time, narrow bool) {
 			}
 		}
 		if narrow {
-			fmt.Fprintf(tw, "%s\t%.0f%%\t%s\t%s\n", name, 100*node.Share, cpu, note)
+			fmt.Fprintf(tw, "%s\t%.0f%%\t%s\t\n", name, 100*node.Share, cpu)
 		} else {
-			fmt.Fprintf(tw, "%s\t%.0f%%\t%s\t%s\t%s\n", name, 100*node.Share, cmds, cpu, note)
+			fmt.Fprintf(tw, "%s\t%.0f%%\t%s\t%s\t\n", name, 100*node.Share, cmds, cpu)
 		}
+		notes = append(notes, note)
 	}
 	if n.UnplacedRate > 0 { // truncated keys whose slot is unknown: on no primary
 		total := n.UnplacedRate
@@ -434,6 +618,15 @@ func renderNodes(w io.Writer, n *agent.Nodes, now time.Time, narrow bool) {
 		}
 	}
 	tw.Flush()
+	for i, line := range strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n") {
+		if i < len(notes) && notes[i] != "" {
+			for _, l := range wrapCells(line+notes[i], cols, 4, 3) {
+				fmt.Fprintln(w, l)
+			}
+			continue
+		}
+		fmt.Fprintln(w, line)
+	}
 	if len(nodes) > topNodes {
 		fmt.Fprintf(w, "(%d more primaries)\n", len(nodes)-topNodes)
 	}
@@ -477,9 +670,10 @@ func placed(keys []agent.Key) bool {
 
 // displayKey returns the key as it can be shown on a terminal: as is when it is UTF-8 and
 // every character is printable, else quoted with Go escapes, so that no control
-// character, escape sequence or byte that is not UTF-8 in a key reaches the terminal.
+// character, escape sequence or byte that is not UTF-8 in a key reaches the terminal; the
+// empty key quoted too, as "", not a blank cell.
 func displayKey(key string) string {
-	if !utf8.ValidString(key) || strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+	if key == "" || !utf8.ValidString(key) || strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return strconv.Quote(key)
 	}
 	return key
