@@ -289,8 +289,9 @@ type Key struct {
 	Bytes  uint64 // estimated bytes moved over the window; 0 unless Options.Bytes
 	Flags  uint8
 	// Weight is the largest weight of one sample of the key (the N of "1 in N") offered
-	// over the last one to two windows (while ranked): Reads ÷ Weight is about how many
-	// samples Reads rests on. One sample of a sparser sampler raises it for as long.
+	// over the last one to two windows while ranked (the last it had, with no sample in
+	// them): Reads ÷ Weight is about how many samples Reads rests on. One sample of a
+	// sparser sampler raises it for as long.
 	Weight uint32
 	// TickReads and TickWrites are the estimates for the current tick alone (see
 	// Snapshot.TickSpan): a sharper, noisier view of the key's rate right now.

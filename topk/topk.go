@@ -26,8 +26,8 @@ type Entry struct {
 	Count uint64 // the estimate last offered or refreshed
 	Flags uint8  // the union of the flags offered with the key since it entered
 	// Weight is the largest weight of one sample (how many requests it stands for)
-	// offered with the key in this epoch or the one before (see AgeWeights): Count ÷
-	// Weight is at least about how many samples the count rests on.
+	// offered with the key in this epoch or the one before, or the last it had (see
+	// AgeWeights): Count ÷ Weight is at least about how many samples the count rests on.
 	Weight uint32
 }
 
@@ -37,7 +37,7 @@ type slot struct {
 	count  uint64
 	flags  uint8
 	weight uint32 // the largest offered in this epoch (see AgeWeights)
-	prev   uint32 // the largest offered in the epoch before
+	prev   uint32 // the largest offered in the epoch before (the last with any)
 	key    []byte
 }
 
@@ -152,13 +152,18 @@ func (t *TopK) Refresh(estimate func(h uint64) uint64) {
 }
 
 // AgeWeights starts a new epoch for the weights: each entry's Weight is from then on the
-// largest offered in the new epoch or the one that just ended. Called once a window, it
-// keeps Weight to the samples of the last one to two windows, so that one sample of a
-// sparser sampler does not hold a key's weight for as long as the key stays held.
+// largest offered in the new epoch or the one that just ended, or in the last epoch that
+// had any when that one had none. Called once a window, it keeps Weight to the samples of
+// the last one to two windows, so that one sample of a sparser sampler does not hold a
+// key's weight for as long as the key stays held; and a key held on a count with no
+// sample behind it (a sketch's collisions) keeps the weight it last had.
 func (t *TopK) AgeWeights() {
 	for i := range t.heap {
 		s := &t.heap[i]
-		s.prev, s.weight = s.weight, 0
+		if s.weight > 0 {
+			s.prev = s.weight
+		}
+		s.weight = 0
 	}
 }
 
