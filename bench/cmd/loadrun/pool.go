@@ -128,6 +128,17 @@ func poolRatios(logs []io.Reader) (pooled, error) {
 	return p, nil
 }
 
+// count counts the values of xs for which ok holds.
+func count(xs []float64, ok func(float64) bool) int {
+	n := 0
+	for _, x := range xs {
+		if ok(x) {
+			n++
+		}
+	}
+	return n
+}
+
 // poolTarget is issue 3's target for a proxy: this ratio to direct Redis or above.
 const poolTarget = 0.9
 
@@ -181,26 +192,14 @@ func poolLogs(args []string, stdout, stderr io.Writer) error {
 			}
 			perRun = append(perRun, f2(median(rs))+"×")
 		}
-		atTarget := 0
-		for _, r := range all {
-			if r >= poolTarget {
-				atTarget++
-			}
-		}
 		ahead := "–"
 		if vs := p.vsTwemproxy[k]; len(vs) > 0 {
-			n := 0
-			for _, r := range vs {
-				if r > 1 {
-					n++
-				}
-			}
-			ahead = fmt.Sprintf("%d of %d (%s×)", n, len(vs), f2(median(vs)))
+			ahead = fmt.Sprintf("%d of %d (%s×)", count(vs, func(r float64) bool { return r > 1 }), len(vs), f2(median(vs)))
 		}
 		rows = append(rows, []string{k.target, strconv.Itoa(k.pipeline), k.test, strconv.Itoa(len(all)),
 			"**" + f3(median(all)) + "×**", strings.Join(perRun, ", "),
 			fmt.Sprintf("%.2f–%.2f", quantile(all, 0), quantile(all, 1)),
-			fmt.Sprintf("%d of %d", atTarget, len(all)), ahead})
+			fmt.Sprintf("%d of %d", count(all, func(r float64) bool { return r >= poolTarget }), len(all)), ahead})
 	}
 	e.table([]string{"target", "-P", "test", "rounds", "pooled median", "each run's median", "range",
 		fmt.Sprintf("≥ %.1f×", poolTarget), "ahead of twemproxy"}, rows)
