@@ -269,6 +269,7 @@ func oneKeyStats(l detector.Level, covered time.Duration) mitigate.KeyStats {
 		Counter:   l.Key.Flags&detector.FlagCounter != 0,
 		Hot:       l.Hot,
 		SDKShare:  sdkShare(l.Key.Flags),
+		Truncated: l.Key.Flags&FlagTruncated != 0,
 	}
 	if covered > 0 {
 		ks.BytesRate = float64(l.Key.Bytes) / covered.Seconds()

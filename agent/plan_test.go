@@ -257,3 +257,30 @@ func TestOverridesForbidReport(t *testing.T) {
 		t.Errorf("POST pin report: %d %q; want 400 naming the kinds a pin takes", w.Code, e["error"])
 	}
 }
+
+// A key the agent cut to MaxKeyBytes gets a report, not an L1 that would cache the key
+// its start names; the empty key gets its L1 like any other, and the plan with both
+// decodes in clients.
+func TestPlanTruncatedAndEmptyKeys(t *testing.T) {
+	a, c, h := newTestAgent(t, Options{MaxKeyBytes: 16})
+	long := "session:" + strings.Repeat("x", 40)
+	for range 100 {
+		feedFrom(a, c, long, 20_000, 10*time.Millisecond, true)
+		feedFrom(a, c, "", 20_000, 10*time.Millisecond, true)
+	}
+	w := do(t, h, "GET", "/v1/plan", "")
+	p, err := mitigate.DecodePlan(w.Body.Bytes())
+	if err != nil {
+		t.Fatalf("GET /v1/plan: %d %s: %v", w.Code, w.Body, err)
+	}
+	short := long[:16]
+	if _, ok := p.Find(short, mitigate.L1); ok {
+		t.Errorf("plan %s: an L1 for %q, the start of a longer key; want none", w.Body, short)
+	}
+	if e, ok := p.Find(short, mitigate.Report); !ok || !strings.Contains(e.Reason, "max_key_bytes") {
+		t.Errorf("plan %s: want a report for %q saying it was cut short", w.Body, short)
+	}
+	if e, ok := p.Find("", mitigate.L1); !ok || e.Mode != mitigate.Enforce {
+		t.Errorf("plan %s: want an enforced L1 for the empty key", w.Body)
+	}
+}

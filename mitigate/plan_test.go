@@ -81,7 +81,6 @@ func TestDecodePlanErrors(t *testing.T) {
 		{"version 0", func(p *Plan) { p.Version = 0 }, "version 0: versions start at 1"},
 		{"no generated", func(p *Plan) { p.Generated = time.Time{} }, "generated missing"},
 		{"no primaries", func(p *Plan) { p.Primaries = 0 }, "primaries 0: must be ≥ 1"},
-		{"no key", func(p *Plan) { p.Entries[0].Key = "" }, "entry 0: key missing"},
 		{"bad kind", func(p *Plan) { p.Entries[2].Kind = "cache" }, `entry 2: key "k": kind "cache": use l1, copies, sharded_counter, batched_counter or report`},
 		{"bad mode", func(p *Plan) { p.Entries[2].Mode = "on" }, `entry 2: key "k" kind l1: mode "on": use observe, recommend or enforce`},
 		{"no mode", func(p *Plan) { p.Entries[2].Mode = "" }, `mode "": use observe`},
@@ -211,4 +210,42 @@ func FuzzDecodePlan(f *testing.F) {
 			t.Fatalf("round trip changed the plan:\n%s\n%s", out, again)
 		}
 	})
+}
+
+// One key, however odd, never makes the planner's plan one that clients refuse whole
+// (they would then follow no entry at all): the empty key (which Redis accepts), quotes,
+// control characters and NUL, other scripts, a key that is not UTF-8 and one the agent cut
+// short, all hot in one plan beside an ordinary key.
+func TestPlannerPlanDecodesAnyKey(t *testing.T) {
+	keys := []KeyStats{
+		readHot("", true),
+		readHot("a\"b\nc\x00d\\", true),
+		readHot("ключ:🔥", true),
+		readHot("k\xff", true),
+		{Key: "session:", ReadRate: 80_000, Hot: true, SDKShare: 0.95, Truncated: true},
+		readHot("plain", true),
+	}
+	p := newPlanner(t, PlannerOptions{})
+	plan, _ := p.Update(t0, keys, planNamer{primaries: 3})
+	plan = NewStore(StoreOptions{}).Publish(plan)
+	data, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodePlan(data)
+	if err != nil {
+		t.Fatalf("DecodePlan = %v; want the planner's plan to decode\n%s", err, data)
+	}
+	for key, want := range map[string]string{
+		"":               "l1",
+		"a\"b\nc\x00d\\": "l1",
+		"ключ:🔥":         "l1",
+		"k\uFFFD":        "report", // JSON writes the bad byte as U+FFFD
+		"session:":       "report",
+		"plain":          "l1",
+	} {
+		if k := kinds(got, key); k != want {
+			t.Errorf("key %q: decoded entries %q; want %q", key, k, want)
+		}
+	}
 }

@@ -19,7 +19,10 @@ type KeyStats struct {
 	BytesRate           float64 // bytes/s moved, 0 when unknown
 	Counter             bool    // written with INCR/INCRBY/DECR/DECRBY
 	Hot                 bool    // hot by detection now
-	SDKShare            float64 // share (0..1) of its traffic from SDK clients that follow the plan
+	// Truncated says Key is only the start of a longer key (the agent cut it to its key
+	// limit): a mitigation would apply to the key that start names, not to this one.
+	Truncated bool
+	SDKShare  float64 // share (0..1) of its traffic from SDK clients that follow the plan
 	// PredictedBy names the registry events predicting the key. They arm mitigations even
 	// before it is hot: the key is treated as hot. The caller should put an event's
 	// expected rates into ReadRate and WriteRate when they exceed the observed ones, so
@@ -56,6 +59,7 @@ const (
 	RuleWriteReport    = "write-report"       // write-hot key that is not a counter: report
 	RulePredicted      = "predicted"          // predicted key with no traffic yet: L1 (and batched) armed
 	RuleBinaryKey      = "binary-key"         // key is not valid UTF-8: the JSON plan cannot carry it
+	RuleTruncatedKey   = "truncated-key"      // key longer than the agent keeps: the plan cannot name it
 	RulePinned         = "pinned"             // an operator pinned the mitigation
 	RuleForbidden      = "forbidden"          // an operator forbade what the rules wanted
 	RuleNaming         = "naming"             // copies or sub-counters could not be named
@@ -71,7 +75,7 @@ func escalation(rule string) int {
 	switch tableRow(rule) {
 	case RuleReadL1, RuleReadFits, RuleCounterBatched, RuleCounterFits:
 		return 1
-	case RuleReadWritten, RuleReadStandalone, RuleCounterAlone, RuleWriteReport, RuleBinaryKey:
+	case RuleReadWritten, RuleReadStandalone, RuleCounterAlone, RuleWriteReport, RuleBinaryKey, RuleTruncatedKey:
 		return 2
 	case RuleReadCopies, RuleCounterSharded:
 		return 3
@@ -240,6 +244,9 @@ func (r Rules) Decide(k KeyStats, primaries int) []Decision {
 	}
 	if !utf8.ValidString(k.Key) {
 		return []Decision{r.report(k, RuleBinaryKey, "key is not valid UTF-8 and the JSON plan cannot name it: no automatic action")}
+	}
+	if k.Truncated {
+		return []Decision{r.report(k, RuleTruncatedKey, "key is longer than limits.max_key_bytes and the plan could name only its start, which is another key: no automatic action")}
 	}
 	sdk := clamp01(k.SDKShare)
 	e := evaluation{r: r, k: k, sdk: sdk, primaries: max(primaries, 1), prefix: predictedPrefix(k.PredictedBy)}

@@ -181,6 +181,16 @@ func TestDecide(t *testing.T) {
 			want: []wantDecision{{kind: Report, rule: RuleBinaryKey, mode: Recommend, reason: []string{"not valid UTF-8"}}},
 		},
 		{
+			name: "key the agent cut short: report, as its start names another key", primaries: 3,
+			k:    KeyStats{Key: "session:", ReadRate: 240_000, Hot: true, SDKShare: 1, Truncated: true},
+			want: []wantDecision{{kind: Report, rule: RuleTruncatedKey, mode: Recommend, reason: []string{"longer than limits.max_key_bytes"}}},
+		},
+		{
+			name: "the empty key is a key: L1", primaries: 3,
+			k:    KeyStats{Key: "", ReadRate: 80_000, Hot: true, SDKShare: 0.95},
+			want: []wantDecision{{kind: L1, rule: RuleReadL1, mode: Enforce}},
+		},
+		{
 			name: "modes as configured", primaries: 3, rules: Rules{Modes: map[Kind]Mode{Copies: Enforce, L1: Recommend}},
 			k:    KeyStats{Key: "k", ReadRate: 240_000, Hot: true, SDKShare: 0.5},
 			want: []wantDecision{{kind: L1, rule: RuleReadCopies, mode: Recommend}, {kind: Copies, rule: RuleReadCopies, n: 3, mode: Enforce}},
