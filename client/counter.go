@@ -140,7 +140,9 @@ type CounterStats struct {
 // at Error and counted in Stats (Dropped). While Redis cannot be reached (a restart, a
 // failover) the sum is kept, however long that lasts, and retried with a backoff up to
 // MaxFlushBackoff. Close flushes every pending sum once more and reports what it could
-// not flush. A flush is a plain INCRBY, so one whose outcome is unknown (a read timeout,
+// not flush; with Redis hung it waits for the flush in progress, then its own, each as
+// long as go-redis lets a command wait (ReadTimeout and WriteTimeout, times MaxRetries
+// + 1; the context's deadline only with ContextTimeoutEnabled). A flush is a plain INCRBY, so one whose outcome is unknown (a read timeout,
 // a broken connection: Redis may have applied it, or may still apply it) and is sent
 // again — by the next flush (counted in Stats as Uncertain) or by go-redis's own retries
 // of a timed-out pipeline (Options.MaxRetries, which the Counter cannot see) — adds its
@@ -548,12 +550,20 @@ func (k *Counter) beforeKeyOp(ctx context.Context, cmd redis.Cmder) error {
 	return nil
 }
 
-// flusher sends the pending sums when they are due, until Close.
+// flusher sends the pending sums when they are due, until Close. Once Close has asked it
+// to stop it sends nothing more, even when a kick or its timer is ready too (select
+// would pick among them at random): Close's own flush tries every sum once more, and
+// with Redis hung each flush lasts the Redis client's timeout.
 func (k *Counter) flusher() {
 	defer close(k.done)
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
+		select {
+		case <-k.stop:
+			return
+		default:
+		}
 		next := k.flush(false)
 		wait := time.Hour
 		if !next.IsZero() {
