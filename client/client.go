@@ -383,11 +383,19 @@ func (c *Client) onPlan(old, ix *planIndex) {
 // WaitPlan waits until the client holds a plan from the agent, or ctx ends. Commands
 // never wait for the plan; an app may call it at start-up so that its first requests
 // already follow the plan. Its error wraps ctx's and says why no plan came when a fetch
-// has failed (the agent not listening, an error answer, an invalid plan).
+// has failed (the agent not listening, an error answer, an invalid plan). After Close it
+// returns at once: nil if a plan had come, else an error saying the client was closed.
 func (c *Client) WaitPlan(ctx context.Context) error {
 	select {
 	case <-c.first:
 		return nil
+	case <-c.done: // closed: no plan will come
+		select {
+		case <-c.first:
+			return nil
+		default:
+		}
+		return fmt.Errorf("client: closed before a plan came from the agent at %s", c.follower.url)
 	case <-ctx.Done():
 		if err := c.follower.failure(); err != nil {
 			return fmt.Errorf("client: no plan from the agent at %s yet (last try: %v): %w", c.follower.url, err, ctx.Err())
