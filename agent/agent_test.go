@@ -430,3 +430,30 @@ func TestKeyHistoryClockStepsBack(t *testing.T) {
 		t.Fatalf("last point at %v (%d points); want one at %v", last.At, len(k.History), want)
 	}
 }
+
+// TestSenderTruncatedKey: a key its sender cut (op bit 3, as the SDK does for keys too long
+// for a datagram) is shown truncated even when it fits the agent's own limit, and the
+// datagram decodes into the agent as any other.
+func TestSenderTruncatedKey(t *testing.T) {
+	a, c, h := newTestAgent(t, Options{})
+	data, err := sampler.AppendReport(nil, sampler.Batch{Source: "t", Rate: 1, Samples: []sampler.Sample{
+		{Key: []byte("cut:abc"), Op: sampler.OpRead, Truncated: true},
+		{Key: []byte("whole"), Op: sampler.OpRead},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b sampler.Batch
+	if _, err := sampler.DecodeReport(&b, data); err != nil {
+		t.Fatal(err)
+	}
+	a.Accept(b)
+	c.add(time.Second / 2)
+	a.evaluate()
+	for key, want := range map[string]bool{"cut:abc": true, "whole": false} {
+		k := decode[Key](t, do(t, h, "GET", "/v1/keys/"+key, ""))
+		if k.Truncated != want {
+			t.Errorf("/v1/keys/%s: truncated %v; want %v", key, k.Truncated, want)
+		}
+	}
+}

@@ -40,7 +40,8 @@ type ReporterOptions struct {
 	FlushInterval time.Duration
 	// MaxDatagram bounds the size of a datagram; default 1,400 bytes
 	// (sampler.SafeReportSize), which is never fragmented. A sample too large for it is
-	// sent in a datagram of its own. Allowed: 0 (the default) or 128 to 65,507. However
+	// sent in a datagram of its own; a key longer than sampler.MaxReportKey (60,000
+	// bytes) is cut to it and marked truncated, as the agent marks keys it cuts. Allowed: 0 (the default) or 128 to 65,507. However
 	// large, a datagram holds at most 10,000 samples, the agent's default
 	// limits.max_samples_per_report.
 	MaxDatagram int
@@ -114,10 +115,11 @@ type Reporter struct {
 // pending is a sample on its way to the sender. key is a string because go-redis keys
 // usually are: the hook passes them on without copying.
 type pending struct {
-	key     string
-	bytes   uint32
-	op      sampler.Op
-	counter bool
+	key       string
+	bytes     uint32
+	op        sampler.Op
+	counter   bool
+	truncated bool // key is the start of a longer one (see enqueue)
 }
 
 // NewReporter validates opts, opens a UDP socket towards the agent and starts the sender
@@ -268,6 +270,9 @@ func (r *Reporter) Close() error {
 // enqueue hands a sample to the sender without ever waiting.
 func (r *Reporter) enqueue(p pending) {
 	r.sampled.Add(1)
+	if len(p.key) > sampler.MaxReportKey { // else no datagram could carry it
+		p.key, p.truncated = p.key[:sampler.MaxReportKey], true
+	}
 	select {
 	case r.queue <- p:
 	default:
@@ -329,9 +334,12 @@ func (w *datagramWriter) reset() {
 }
 
 func (w *datagramWriter) add(p pending) {
+	if p.truncated { // alone: an agent older than the truncated bit refuses its datagram
+		w.flush()
+	}
 	start := len(w.arena)
 	w.arena = append(w.arena, p.key...)
-	s := sampler.Sample{Key: w.arena[start:], Op: p.op, Counter: p.counter, Count: 1, Bytes: p.bytes}
+	s := sampler.Sample{Key: w.arena[start:], Op: p.op, Counter: p.counter, Count: 1, Bytes: p.bytes, Truncated: p.truncated}
 	n := sampler.ReportSampleSize(s)
 	if (w.size+n > w.r.maxDatagram || len(w.batch.Samples) == maxDatagramSamples) && len(w.batch.Samples) > 0 {
 		w.arena = w.arena[:start]
@@ -343,7 +351,7 @@ func (w *datagramWriter) add(p pending) {
 	w.batch.Samples = append(w.batch.Samples, s)
 	w.ends = append(w.ends, len(w.arena))
 	w.size += n
-	if w.size >= w.r.maxDatagram { // full, or one sample too large to share a datagram
+	if w.size >= w.r.maxDatagram || p.truncated { // full, or one sample too large to share a datagram
 		w.flush()
 	}
 }

@@ -59,6 +59,9 @@ func sampleString(source string, s sampler.Sample) string {
 	if s.Bytes > 0 {
 		str += fmt.Sprintf(" bytes=%d", s.Bytes)
 	}
+	if s.Truncated {
+		str += " truncated"
+	}
 	return str
 }
 

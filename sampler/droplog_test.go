@@ -58,7 +58,7 @@ func TestUDPDropsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := append(bytes.Clone(good[:len(good)-5]), 0x09, 1, 0, 1, 'k') // op byte 0x09: reserved bit
+	bad := append(bytes.Clone(good[:len(good)-5]), 0x11, 1, 0, 1, 'k') // op byte 0x11: reserved bit
 	for range 10 {
 		conn.Write(good)
 	}
@@ -78,10 +78,10 @@ func TestUDPDropsLogged(t *testing.T) {
 		t.Fatalf("after 40 malformed datagrams, warn lines %q; want 1", lines)
 	}
 	// At debug level every other drop has a line of its own.
-	if debug := buf.Lines("level=DEBUG.*dropped.*op byte 0x09"); len(debug) != 39 {
+	if debug := buf.Lines("level=DEBUG.*dropped.*op byte 0x11"); len(debug) != 39 {
 		t.Errorf("after 40 malformed datagrams, %d debug lines; want 39, one for each drop not warned of", len(debug))
 	}
-	for _, want := range []string{"level=WARN", "transport=udp", "reason=malformed", "from=" + from, "source=py", "op byte 0x09", "unlogged=0"} {
+	for _, want := range []string{"level=WARN", "transport=udp", "reason=malformed", "from=" + from, "source=py", "op byte 0x11", "unlogged=0"} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("log line %q lacks %q", lines[0], want)
 		}

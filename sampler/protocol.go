@@ -23,7 +23,8 @@ import (
 //	        T]    token bytes
 //	        2     sample count, uint16 big-endian
 //	then, per sample:
-//	        1     op byte: bits 0–1 op (1 read, 2 write), bit 2 counter (writes only), bits 3–7 reserved (0)
+//	        1     op byte: bits 0–1 op (1 read, 2 write), bit 2 counter (writes only), bit 3
+//	              truncated (the sender cut the key), bits 4–7 reserved (0)
 //	        var   count, uvarint ≤ 2³²−1 (0 is read as 1)
 //	        var   bytes, uvarint ≤ 2³²−1 (0 when unknown)
 //	        var   key length K, uvarint
@@ -48,13 +49,19 @@ const (
 	MaxTokenLen = 255
 	// MaxReportSamples bounds the samples in one datagram (the count is a uint16).
 	MaxReportSamples = math.MaxUint16
+	// MaxReportKey is the longest key a sender should put in a sample: it cuts a longer
+	// one to this and marks the sample truncated (Sample.Truncated, op bit 3), so that it
+	// still fits a datagram of MaxReportSize with the largest header. The agent keeps at
+	// most limits.max_key_bytes of it, and shows the key as truncated.
+	MaxReportKey = 60000
 
 	flagToken   = 1 << 0
 	flagFollows = 1 << 1
 	flagsKnown  = flagToken | flagFollows
 	opMask      = 0x03
 	opCounter   = 1 << 2
-	opKnown     = opMask | opCounter
+	opTruncated = 1 << 3
+	opKnown     = opMask | opCounter | opTruncated
 	fixedHeader = 8 // magic, version, flags, N (4), source length
 )
 
@@ -153,6 +160,9 @@ func AppendReport(dst []byte, b Batch, token []byte) ([]byte, error) {
 		op := byte(s.Op)
 		if s.Counter {
 			op |= opCounter
+		}
+		if s.Truncated {
+			op |= opTruncated
 		}
 		dst = append(dst, op)
 		dst = binary.AppendUvarint(dst, uint64(s.Count))
@@ -273,13 +283,14 @@ func decodeSample(s *Sample, p []byte, i int) (int, error) {
 	}
 	op := p[0]
 	if op&^opKnown != 0 {
-		return 0, fmt.Errorf("report: sample %d: op byte 0x%02x: only bits 0-1 (op) and 2 (counter) may be set", i, op)
+		return 0, fmt.Errorf("report: sample %d: op byte 0x%02x: only bits 0-1 (op), 2 (counter) and 3 (truncated) may be set", i, op)
 	}
 	s.Op = Op(op & opMask)
 	if s.Op != OpRead && s.Op != OpWrite {
 		return 0, fmt.Errorf("report: sample %d: op %d: must be 1 (read) or 2 (write)", i, s.Op)
 	}
 	s.Counter = op&opCounter != 0
+	s.Truncated = op&opTruncated != 0
 	if s.Counter && s.Op != OpWrite {
 		return 0, fmt.Errorf("report: sample %d: counter flag on a read: allowed on writes only", i)
 	}

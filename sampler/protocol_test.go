@@ -34,7 +34,7 @@ func sameReportBatch(t *testing.T, got, want Batch) {
 	}
 	for i, g := range got.Samples {
 		w := want.Samples[i]
-		if !bytes.Equal(g.Key, w.Key) || g.Op != w.Op || g.Counter != w.Counter || g.Count != w.Count || g.Bytes != w.Bytes {
+		if !bytes.Equal(g.Key, w.Key) || g.Op != w.Op || g.Counter != w.Counter || g.Count != w.Count || g.Bytes != w.Bytes || g.Truncated != w.Truncated {
 			t.Errorf("sample %d: got %+v (key %q); want %+v (key %q)", i, g, g.Key, w, w.Key)
 		}
 	}
@@ -57,6 +57,10 @@ func TestReportRoundTrip(t *testing.T) {
 		{"fifty", reportBatch("svc", 0.5, 50), strings.Repeat("t", MaxTokenLen)},
 		{"long source", reportBatch(strings.Repeat("s", MaxSourceLen), 1, 2), ""},
 		{"follows the plan", Batch{Source: "sdk", Rate: 0.1, FollowsPlan: true, Samples: []Sample{{Key: []byte("k"), Op: OpRead}}}, "tk"},
+		{"truncated keys", Batch{Source: strings.Repeat("s", MaxSourceLen), Rate: 1, Samples: []Sample{
+			{Key: bytes.Repeat([]byte("k"), MaxReportKey), Op: OpWrite, Counter: true, Count: 1<<32 - 1, Bytes: 1<<32 - 1, Truncated: true},
+		}}, strings.Repeat("t", MaxTokenLen)},
+		{"truncated read", Batch{Source: "sdk", Rate: 0.5, Samples: []Sample{{Key: []byte("k"), Op: OpRead, Truncated: true}, {Key: []byte("j"), Op: OpRead}}}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -153,7 +157,7 @@ func TestDecodeReportErrors(t *testing.T) {
 		{"token short", []byte{0x68, 1, 1, 0, 0, 0, 1, 1, 'a', 5, 't'}, "report: token length 5 exceeds the 1 bytes left in the datagram"},
 		{"count missing", []byte{0x68, 1, 0, 0, 0, 0, 1, 1, 'a', 0}, "report: sample count: needs 2 bytes, 1 left in the datagram"},
 		{"count too big", withCount(3, 1, 0, 0, 1, 'k'), "report: sample count 3: the 5 bytes left hold at most 1 samples of 4 bytes or more"},
-		{"op reserved", withCount(1, 0x11, 0, 0, 0), "report: sample 0: op byte 0x11: only bits 0-1 (op) and 2 (counter) may be set"},
+		{"op reserved", withCount(1, 0x11, 0, 0, 0), "report: sample 0: op byte 0x11: only bits 0-1 (op), 2 (counter) and 3 (truncated) may be set"},
 		{"op zero", withCount(1, 0x00, 0, 0, 0), "report: sample 0: op 0: must be 1 (read) or 2 (write)"},
 		{"op three", withCount(1, 0x03, 0, 0, 0), "report: sample 0: op 3: must be 1 (read) or 2 (write)"},
 		{"counter read", withCount(1, 0x05, 0, 0, 0), "report: sample 0: counter flag on a read: allowed on writes only"},
