@@ -241,6 +241,10 @@ func (l *muxLoop) dial(i int) error {
 			l.p.log.Warn("proxy: Redis limits each connection's replies (client-output-buffer-limit normal), and a shared connection's as a whole: a burst of replies to the multiplexed clients past it makes Redis close that connection, disconnecting every client owed replies on it; leave the limit at 0 (the tap bounds the replies it holds itself: proxy.max_output_bytes), or set it above the largest burst",
 				"upstream", l.p.upstream, "limit_bytes", limits.maxOut)
 		}
+		if limits.evictClients != "" && limits.evictClients != l.limits.evictClients {
+			l.p.log.Warn("proxy: Redis evicts its largest clients once all clients' buffers pass maxmemory-clients, and counts a shared connection as one client: evicting it disconnects every client on it at once; leave maxmemory-clients at 0 behind the tap (which bounds the replies it holds itself: proxy.max_output_bytes), or set proxy.multiplex: false",
+				"upstream", l.p.upstream, "maxmemory_clients", limits.evictClients)
+		}
 		l.limits, l.maxKnown = limits, true
 	}
 	fd, err := takeFD(conn)

@@ -144,6 +144,11 @@ func (p *Proxy) muxLoop() *muxLoop {
 			}
 			return nil
 		}
+		if ran {
+			p.muxMu.Lock()
+			p.sharedBackLocked() // after a check that failed: Redis wanted AUTH, say
+			p.muxMu.Unlock()
+		}
 		return l
 	}
 	defer p.muxMu.Unlock()
@@ -157,12 +162,19 @@ func (p *Proxy) muxLoop() *muxLoop {
 	if l != nil {
 		p.probes.passedAt(start) // its connections were let in
 	}
-	if l != nil && p.sharedDown {
-		p.sharedDown = false
-		p.log.Info("proxy: upstream answers again; clients share its connections again", "upstream", p.upstream)
+	if l != nil {
+		p.sharedBackLocked()
 	}
 	p.loop = l
 	return l
+}
+
+// sharedBackLocked says so when new clients share Redis again after sharedFailed.
+func (p *Proxy) sharedBackLocked() {
+	if p.sharedDown {
+		p.sharedDown = false
+		p.log.Info("proxy: upstream answers again; clients share its connections again", "upstream", p.upstream)
+	}
 }
 
 // sharedFailed logs that Redis could not be shared and gives every client its own
@@ -261,6 +273,10 @@ type redisLimits struct {
 	// maxOut is the hard limit of client-output-buffer-limit for normal clients, 0 for
 	// none. Redis applies it to a shared connection as a whole, which the loop warns of.
 	maxOut int64
+	// evictClients is maxmemory-clients when it is set (Redis 7+: "4mb" as bytes, or a
+	// share of maxmemory such as "10%"), "" when it is 0 or not known. Redis counts a
+	// shared connection as one client, which the loop warns of.
+	evictClients string
 }
 
 // defaultRedisLimits are Redis's defaults.
@@ -296,6 +312,12 @@ func (p *Proxy) redisLimits(conn net.Conn) (redisLimits, error) {
 	}
 	s, _ := configString(reply)
 	lim.maxOut, _ = normalHardLimit(s) // 0, none, when not given
+	if reply, err = roundTrip(conn, "CONFIG GET", encodeCommand("CONFIG", "GET", "maxmemory-clients")); err != nil {
+		return redisLimits{}, err
+	}
+	if s, ok := configString(reply); ok && s != "0" && s != "0%" {
+		lim.evictClients = s
+	}
 	_ = conn.SetDeadline(time.Time{})
 	return lim, nil
 }

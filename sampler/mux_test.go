@@ -1371,6 +1371,39 @@ func TestMuxUpstreamBack(t *testing.T) {
 	}
 }
 
+// TestMuxSharingBackAfterNoAuth: a Redis that begins to want a password makes the check
+// of a new client fail (-NOAUTH), and the proxy warns; once it no longer does, the next
+// client after the retry shares again, and the proxy says so, as it does after a
+// restart, so that the log does not leave an operator thinking sharing is still off.
+func TestMuxSharingBackAfterNoAuth(t *testing.T) {
+	srv := redistest.Start(t)
+	var logs logbuf.Buffer
+	p := startProxy(t, sampler.ProxyOptions{
+		Upstream: srv.Addr(), Sink: newRecordSink(), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	sampler.SetSharedRetry(p, 50*time.Millisecond)
+	addr := p.Addr().String()
+	muxDial(t, addr).expect(t, muxNil, "GET", "back:k") // the shared connections are up
+
+	if _, err := redistest.Command(srv.Addr(), "", "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	if got := muxDial(t, addr).do(t, "GET", "back:k"); !strings.HasPrefix(got, "-NOAUTH") {
+		t.Fatalf("GET once Redis wants a password: got %q; want -NOAUTH, as directly", got)
+	}
+	if !strings.Contains(logs.String(), "cannot open a shared upstream connection") {
+		t.Fatalf("logs:\n%s\nwant a warning that new clients cannot share", logs.String())
+	}
+	if _, err := redistest.Command(srv.Addr(), "s3cret", "CONFIG", "SET", "requirepass", ""); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // past the retry
+	muxDial(t, addr).expect(t, muxNil, "GET", "back:k")
+	if !strings.Contains(logs.String(), "upstream answers again") {
+		t.Errorf("logs:\n%s\nwant a line saying clients share again", logs.String())
+	}
+}
+
 // TestMuxHalfClose sends commands and closes its sending side at once, as `nc` does: the
 // replies still come, then end of file.
 func TestMuxHalfClose(t *testing.T) {
@@ -2082,6 +2115,34 @@ func TestMuxRedisOutputLimitWarned(t *testing.T) {
 	waitFor(t, "the warning", func() bool { return strings.Contains(logs.String(), "client-output-buffer-limit normal") })
 	if log := logs.String(); !strings.Contains(log, "limit_bytes=8388608") || strings.Count(log, "client-output-buffer-limit normal") != 1 {
 		t.Errorf("log:\n%s\nwant one warning of the limit, with limit_bytes=8388608", log)
+	}
+}
+
+// TestMuxClientEvictionWarned: a Redis that evicts clients past maxmemory-clients counts a
+// shared connection as one client, and evicting it disconnects every client on it; the
+// tap says so when it opens the shared connections, and says nothing when it is off.
+func TestMuxClientEvictionWarned(t *testing.T) {
+	ctx := context.Background()
+	for _, setting := range []string{"0", "64mb"} {
+		srv := redistest.Start(t)
+		direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		defer direct.Close()
+		if err := direct.ConfigSet(ctx, "maxmemory-clients", setting).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var logs logbuf.Buffer
+		p := startProxy(t, sampler.ProxyOptions{Upstream: srv.Addr(), Sink: newRecordSink(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		muxDial(t, p.Addr().String()).expect(t, "+PONG\r\n", "PING")
+		if setting == "0" {
+			if log := logs.String(); strings.Contains(log, "maxmemory-clients") {
+				t.Errorf("maxmemory-clients 0: log:\n%s\nwant no warning", log)
+			}
+			continue
+		}
+		waitFor(t, "the warning", func() bool { return strings.Contains(logs.String(), "maxmemory-clients") })
+		if log := logs.String(); !strings.Contains(log, "maxmemory_clients=67108864") || strings.Count(log, "pass maxmemory-clients") != 1 {
+			t.Errorf("maxmemory-clients 64mb: log:\n%s\nwant one warning, with maxmemory_clients=67108864", log)
+		}
 	}
 }
 
