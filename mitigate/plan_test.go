@@ -58,15 +58,7 @@ func TestPlannerPlanDecodes(t *testing.T) {
 		{Key: "w", WriteRate: 240_000, Hot: true},
 		{Key: "p", PredictedBy: []string{"sale"}},
 	}, planNamer{primaries: 3})
-	plan = NewStore(StoreOptions{}).Publish(plan)
-	data, err := json.Marshal(plan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := DecodePlan(data)
-	if err != nil {
-		t.Fatalf("got %v; want the planner's plan to decode", err)
-	}
+	got := publishAndDecode(t, plan)
 	if len(got.Entries) != 6 {
 		t.Fatalf("got %d entries; want 6 (l1+copies, batched+sharded, report, l1)", len(got.Entries))
 	}
@@ -227,15 +219,7 @@ func TestPlannerPlanDecodesAnyKey(t *testing.T) {
 	}
 	p := newPlanner(t, PlannerOptions{})
 	plan, _ := p.Update(t0, keys, planNamer{primaries: 3})
-	plan = NewStore(StoreOptions{}).Publish(plan)
-	data, err := json.Marshal(plan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := DecodePlan(data)
-	if err != nil {
-		t.Fatalf("DecodePlan = %v; want the planner's plan to decode\n%s", err, data)
-	}
+	got := publishAndDecode(t, plan)
 	for key, want := range map[string]string{
 		"":               "l1",
 		"a\"b\nc\x00d\\": "l1",
@@ -248,4 +232,20 @@ func TestPlannerPlanDecodesAnyKey(t *testing.T) {
 			t.Errorf("key %q: decoded entries %q; want %q", key, k, want)
 		}
 	}
+}
+
+// publishAndDecode publishes a planner's plan, as the agent does, and decodes its JSON
+// with the decoder clients run.
+func publishAndDecode(t *testing.T, plan Plan) Plan {
+	t.Helper()
+	plan = NewStore(StoreOptions{}).Publish(plan)
+	data, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodePlan(data)
+	if err != nil {
+		t.Fatalf("DecodePlan = %v; want the planner's plan to decode\n%s", err, data)
+	}
+	return got
 }
