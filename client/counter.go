@@ -142,9 +142,9 @@ type CounterStats struct {
 // MaxFlushBackoff. Close flushes every pending sum once more and reports what it could
 // not flush; with Redis hung it waits for the flush in progress, then its own, each as
 // long as go-redis lets a command wait (ReadTimeout and WriteTimeout, times MaxRetries
-// + 1; the context's deadline only with ContextTimeoutEnabled). A flush is a plain INCRBY, so one whose outcome is unknown (a read timeout,
-// a broken connection: Redis may have applied it, or may still apply it) and is sent
-// again — by the next flush (counted in Stats as Uncertain) or by go-redis's own retries
+// + 1; the context's deadline only with ContextTimeoutEnabled). A flush is a plain
+// INCRBY, so one whose outcome is unknown (a read timeout, a broken connection: Redis
+// may have applied it, or may still apply it) and is sent again — by the next flush (counted in Stats as Uncertain) or by go-redis's own retries
 // of a timed-out pipeline (Options.MaxRetries, which the Counter cannot see) — adds its
 // sum twice when the first send was applied.
 //

@@ -41,9 +41,9 @@ type ReporterOptions struct {
 	// MaxDatagram bounds the size of a datagram; default 1,400 bytes
 	// (sampler.SafeReportSize), which is never fragmented. A sample too large for it is
 	// sent in a datagram of its own; a key longer than sampler.MaxReportKey (60,000
-	// bytes) is cut to it and marked truncated, as the agent marks keys it cuts. Allowed: 0 (the default) or 128 to 65,507. However
-	// large, a datagram holds at most 10,000 samples, the agent's default
-	// limits.max_samples_per_report.
+	// bytes) is cut to it, marked truncated (as the agent marks keys it cuts) and sent
+	// alone. Allowed: 0 (the default) or 128 to 65,507. However large, a datagram holds
+	// at most 10,000 samples, the agent's default limits.max_samples_per_report.
 	MaxDatagram int
 	// Rand returns uniformly distributed numbers that choose the sampled commands. It
 	// must be safe for concurrent use. Default: math/rand/v2's Uint64, which keeps its

@@ -19,10 +19,10 @@ type KeyStats struct {
 	BytesRate           float64 // bytes/s moved, 0 when unknown
 	Counter             bool    // written with INCR/INCRBY/DECR/DECRBY
 	Hot                 bool    // hot by detection now
+	SDKShare            float64 // share (0..1) of its traffic from SDK clients that follow the plan
 	// Truncated says Key is only the start of a longer key (the agent cut it to its key
 	// limit): a mitigation would apply to the key that start names, not to this one.
 	Truncated bool
-	SDKShare  float64 // share (0..1) of its traffic from SDK clients that follow the plan
 	// PredictedBy names the registry events predicting the key. They arm mitigations even
 	// before it is hot: the key is treated as hot. The caller should put an event's
 	// expected rates into ReadRate and WriteRate when they exceed the observed ones, so
