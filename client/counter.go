@@ -144,9 +144,10 @@ type CounterStats struct {
 // long as go-redis lets a command wait (ReadTimeout and WriteTimeout, times MaxRetries
 // + 1; the context's deadline only with ContextTimeoutEnabled). A flush is a plain
 // INCRBY, so one whose outcome is unknown (a read timeout, a broken connection: Redis
-// may have applied it, or may still apply it) and is sent again — by the next flush (counted in Stats as Uncertain) or by go-redis's own retries
-// of a timed-out pipeline (Options.MaxRetries, which the Counter cannot see) — adds its
-// sum twice when the first send was applied.
+// may have applied it, or may still apply it) and is sent again — by the next flush
+// (counted in Stats as Uncertain) or by go-redis's own retries of a timed-out pipeline
+// (Options.MaxRetries, which the Counter cannot see) — adds its sum twice when the
+// first send was applied.
 //
 // Loss bound: sums live only in the process until flushed, so a crash loses at most the
 // increments added in the last FlushInterval before it (plus those held back by failing
